@@ -1,0 +1,157 @@
+"""ws1 task runner.
+
+Sessions:
+  lint           ruff check, ruff format --check, mypy on the typed packages.
+  cpu_contract   everything that runs without a GPU: the four packages' tests (pytest-xdist), the C8 matrix for
+                 `portable_cpu` (gated: must pass) and `native_torch` (recorded, not gated).  CI runs it.
+  matrix         the README's main job: the full CPU matrix for `portable_cpu`, gated, with report and heatmap.
+  gate           merge the shards given as arguments and gate them.
+
+Evidence is written outside the checkout (trap 23): `$WS1_OUT` if set, else a folder under the system temp dir.
+On a machine without a package registry run `nox --no-venv -s ...` on the system's torch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "virtualenv"  # uv would not see the local CPU torch wheel
+nox.options.download_python = "never"
+nox.options.sessions = ["lint", "cpu_contract"]
+nox.options.error_on_missing_interpreters = True
+
+ROOT = Path(__file__).resolve().parent
+PACKAGES = ROOT / "packages"
+CPU_TORCH = "torch==2.13.0"  # the CPU wheel served locally; an unpinned torch pulls a multi-GB CUDA build
+TEST_DEPS = ["pytest", "pytest-xdist", "hypothesis", "numpy<2.4"]  # triton 3.6 breaks with numpy 2.4
+HF_DEPS = ["transformers", "safetensors"]
+TYPED_PACKAGES = ["ws1_contract"]
+
+
+def _local_dependencies(dist: str, seen: set[str] | None = None) -> list[str]:
+    """Return `dist` and every ws1-* package it depends on, dependencies first.
+
+    Sibling packages are not on any index, so pip must see all their paths in one command.
+    """
+    seen = set() if seen is None else seen
+    if dist in seen:
+        return []
+    seen.add(dist)
+    pyproject = (PACKAGES / dist / "pyproject.toml").read_text()
+    order: list[str] = []
+    for dep in re.findall(r'"(ws1-[a-z]+)', pyproject.split("[project]", 1)[1].split("\n[", 1)[0]):
+        if dep != dist:
+            order += _local_dependencies(dep, seen)
+    return order + [dist]
+
+
+def _existing_packages() -> list[str]:
+    return sorted(p.name for p in PACKAGES.iterdir() if (p / "pyproject.toml").exists())
+
+
+def _install_packages(session: nox.Session, dists: list[str]) -> None:
+    """Install the given ws1 packages and their local siblings in one pip call."""
+    ordered: list[str] = []
+    for dist in dists:
+        for dep in _local_dependencies(dist):
+            if dep not in ordered:
+                ordered.append(dep)
+    args: list[str] = []
+    for dep in ordered:
+        args += ["-e", str(PACKAGES / dep)]
+    if session.venv_backend == "none":
+        session.run("python", "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", *args)
+    else:
+        session.install(*args)
+
+
+def _evidence_dir(session: nox.Session, name: str) -> Path:
+    base = Path(os.environ.get("WS1_OUT") or Path(tempfile.gettempdir()) / "ws1-evidence")
+    out = base / name
+    out.mkdir(parents=True, exist_ok=True)
+    session.log(f"evidence -> {out}")
+    return out
+
+
+def _cpu_env(session: nox.Session) -> None:
+    if session.venv_backend != "none":
+        session.install(CPU_TORCH)
+        session.install(*TEST_DEPS, *HF_DEPS, "triton", "matplotlib")
+    _install_packages(session, _existing_packages())
+
+
+@nox.session(tags=["ci"])
+def lint(session: nox.Session) -> None:
+    """Static checks: ruff lint and format, mypy on the typed packages."""
+    session.install("ruff", "mypy", "types-PyYAML", "jsonschema", "pyyaml")
+    session.run("ruff", "check", "packages", "tests", "ci", "noxfile.py")
+    session.run("ruff", "format", "--check", "packages", "tests", "ci", "noxfile.py")
+    _install_packages(session, ["ws1-contract"])
+    for pkg in TYPED_PACKAGES:
+        session.run("mypy", "-p", pkg)
+
+
+@nox.session(tags=["ci"])
+def cpu_contract(session: nox.Session) -> None:
+    """Every CPU test (parallel), then the portable_cpu matrix (gated) and the native_torch matrix (recorded)."""
+    _cpu_env(session)
+    workers = os.environ.get("WS1_PYTEST_WORKERS", "2")
+    pytest_args = session.posargs or ["-m", "not gpu", "-n", workers, "--dist", "loadfile"]
+    # pytest exit 5 (no tests collected) is a failure here: nox fails on any non-zero exit.
+    session.run("python", "-m", "pytest", *pytest_args, env={"TRITON_INTERPRET": "1"})
+    if session.posargs:
+        return
+    if (ROOT / "packages" / "ws1-harness" / "src" / "ws1_harness" / "matrix.py").exists():
+        out = _evidence_dir(session, "cpu_contract")
+        _run_matrix(session, "portable_cpu", out, gate=True)
+        _run_matrix(session, "native_torch", out, gate=False)
+
+
+CPU_TIERS = ("short", "primary")
+
+
+def _run_matrix(session: nox.Session, profile: str, out: Path, gate: bool) -> None:
+    """Run the C8 matrix of one profile on the CPU tiers, report it, and gate it (or only record it)."""
+    evidence = out / f"{profile}.json"
+    tiers = [arg for tier in CPU_TIERS for arg in ("--tier", tier)]
+    session.run("ws1", "matrix", "--profile", profile, *tiers, "--out", str(out), external=True)
+    session.run("ws1", "report", str(evidence), "--out", str(out), external=True)
+    if gate:
+        session.run("ws1", "gate", str(evidence), external=True)
+    else:
+        # The baseline is expected red where stock kernels are batch-variant: record, do not gate.
+        session.run("ws1", "gate", str(evidence), success_codes=[0, 1], external=True)
+
+
+@nox.session(default=False)
+def matrix(session: nox.Session) -> None:
+    """Main job: the CPU C8 matrix for portable_cpu on the CPU tiers, with report and heatmap, gated."""
+    _cpu_env(session)
+    out = _evidence_dir(session, "matrix")
+    profile = session.posargs[0] if session.posargs else "portable_cpu"
+    _run_matrix(session, profile, out, gate=True)
+
+
+@nox.session(default=False)
+def gate(session: nox.Session) -> None:
+    """Merge the shards named in the arguments and gate the result (`nox -s gate -- a.json b.json`)."""
+    if not session.posargs:
+        session.error("gate: name the shard files: nox -s gate -- SHARD.json ...")
+    if session.venv_backend != "none":
+        session.install("jsonschema", "pyyaml", CPU_TORCH, "matplotlib")
+    _install_packages(session, ["ws1-harness"])
+    out = _evidence_dir(session, "gate")
+    merged = out / "merged.json"
+    session.run("ws1", "merge", *session.posargs, "--out", str(merged), external=True)
+    session.run("ws1", "report", str(merged), "--out", str(out), external=True)
+    session.run("ws1", "gate", str(merged), external=True)
+
+
+if __name__ == "__main__":  # pragma: no cover - nox is the entry point
+    sys.exit("run with: nox -s <session>")

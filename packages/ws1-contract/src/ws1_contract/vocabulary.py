@@ -1,0 +1,50 @@
+"""The fixed vocabulary of the C1 contract.
+
+These names are part of the contract's identity, not configuration: the gate's matrix is built from them and a
+contract that adds, drops or renames one is a different contract (a new schema version), never a silent change.
+The JSON Schema repeats them as enums; the semantic rules and the resolver read them from here.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+ACCURACY_JUDGMENTS = ("forward_accuracy", "gradient_accuracy")
+INVARIANCE_JUDGMENTS = ("forward_invariance", "gradient_invariance")
+JUDGMENTS = ("forward_accuracy", "forward_invariance", "gradient_accuracy", "gradient_invariance")
+CHAIN_PARITY = "chain_parity"
+ROLE_NAMES = (*JUDGMENTS, CHAIN_PARITY)
+
+OP_CLASSES = ("elementwise", "reduction", "gemm", "attention", "logprob")
+DTYPES = ("fp32", "bf16", "fp16", "fp8")
+
+STATUS_APPLICABLE = "applicable"
+STATUS_OPTIONAL = "optional"
+STATUS_NOT_APPLICABLE = "not_applicable"
+STATUS_OUT_OF_SCOPE = "out_of_scope"
+IN_SCOPE_STATUSES = (STATUS_APPLICABLE, STATUS_OPTIONAL)
+
+MODE_TOLERANCE = "tolerance"
+MODE_BITWISE = "bitwise"
+
+# Invariance is judged on raw bits: the right side of every invariance role is the canonical layout.
+INVARIANCE_ROLE = ("transformed_layout", "canonical_layout")
+# Accuracy is judged against fp32 gold only (trap 5: a bf16 "reference" judged a bf16 candidate).
+ACCURACY_RIGHT = "fp32_reference"
+CHAIN_ROLE = ("training_teacher_forcing", "rollout_decode")
+
+# Chain-level logprob aggregates over the active tokens, d = logp_left - logp_right per token.
+DIFFERENCE_FORMULA = "logp_left - logp_right"
+AGGREGATE_FORMULAS = {
+    "max_abs_dlogp": "max(abs(d))",
+    "approx_kl0": "mean(exp(d)-1-d)",
+    "clipfrac0": "mean((exp(d) < clip_low) | (exp(d) > clip_high))",
+}
+AGGREGATES = tuple(AGGREGATE_FORMULAS)
+CLIP_LOW = 0.8
+CLIP_HIGH = 1.2
+
+# A threshold may be marked `calibrated` only when measured on at least this many active tokens and seeds
+# (trap 12: thresholds once "calibrated" on 27 tokens).
+MIN_CALIBRATION_TOKENS = 4096
+MIN_CALIBRATION_SEEDS = 3

@@ -1,0 +1,173 @@
+"""The `ws1` command line: matrix, merge, gate, report.
+
+Exit codes follow the gate: 0 pass, 1 red, 2 bad input, 3 pending only. Traps 15 and 17: bad input anywhere
+(unknown file, malformed or truncated JSON, disagreeing shards, bad arguments) exits 2 with exactly one line
+on stderr and never a traceback; any unexpected exception is also reported as one line with exit 2, so a
+crash can never read as a pass. Trap 21: the gate prints its whole summary before it exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+
+from ws1_harness.gate import EXIT_BAD_INPUT
+
+
+class UsageError(Exception):
+    """Bad command-line arguments (raised instead of argparse's print-and-exit)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _shard(value: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shard must be i/n, got {value!r}") from None
+    if n < 1 or not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"shard must satisfy 0 <= i < n, got {value!r}")
+    return i, n
+
+
+def _positive(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {value!r}")
+    return x
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="ws1", description="ws1 numerical gate: run the matrix, merge shards, gate, report."
+    )
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    sub.required = True
+
+    m = sub.add_parser("matrix", help="run the C8 matrix for one profile into an evidence file")
+    m.add_argument("--profile", required=True)
+    m.add_argument("--tier", action="append", help="tier to run (repeatable; default: every tier)")
+    m.add_argument("--op", action="append", help="operator to run (repeatable; default: every operator)")
+    m.add_argument("--shard", type=_shard, help="run shard i of n of the cells (i/n, 0-based)")
+    m.add_argument("--out", required=True, help="output directory for the evidence")
+    m.add_argument("--candidates", help="module:attr of an extra candidate registry (tests, experiments)")
+    m.add_argument(
+        "--cell-timeout", type=_positive, default=None, help="seconds per cell before it is red timeout"
+    )
+
+    g = sub.add_parser("merge", help="merge finalised shard files into one evidence file")
+    g.add_argument("shards", nargs="+")
+    g.add_argument("--out", required=True, help="merged evidence file (.json)")
+    g.add_argument("--allow-in-checkout", action="store_true", help="allow writing inside the git checkout")
+
+    t = sub.add_parser("gate", help="judge an evidence file: exit 0 pass, 1 red, 2 bad input, 3 pending only")
+    t.add_argument("file")
+    t.add_argument(
+        "--allow-pending-arch", action="store_true", help="pending_arch cells do not fail the gate"
+    )
+    t.add_argument("--expect-commit", help="red unless the evidence comes from this commit")
+    t.add_argument("--require-clean", action="store_true", help="red if the evidence came from a dirty tree")
+
+    r = sub.add_parser("report", help="write the Markdown table and heatmap beside the evidence")
+    r.add_argument("file")
+    r.add_argument("--out", help="directory for the report (default: beside the file)")
+    return parser
+
+
+def _cmd_matrix(args: argparse.Namespace) -> int:
+    import importlib
+
+    matrix = importlib.import_module("ws1_harness.matrix")  # lazy: needs torch and the kernels
+    return int(matrix.run_matrix(args))
+
+
+def _cmd_merge(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from ws1_harness.evidence import write_evidence_json
+    from ws1_harness.merge import merge
+
+    command = "ws1 " + " ".join(shlex.quote(a) for a in argv)
+    doc = merge(args.shards, command=command)
+    if not args.out.endswith(".json"):
+        raise UsageError(f"ws1 merge: --out must end in .json, got {args.out!r}")
+    path = write_evidence_json(doc, args.out, allow_in_checkout=args.allow_in_checkout)
+    print(f"ws1 merge: {len(args.shards)} shards, {doc['counts']['total']} cells -> {path}")
+    return 0
+
+
+def _cmd_gate(args: argparse.Namespace) -> int:
+    from ws1_harness.gate import gate
+
+    result = gate(
+        args.file,
+        allow_pending_arch=args.allow_pending_arch,
+        expect_commit=args.expect_commit,
+        require_clean=args.require_clean,
+    )
+    if result.exit_code == EXIT_BAD_INPUT:
+        print(result.lines[0], file=sys.stderr)
+    else:
+        print("\n".join(result.lines))
+    return result.exit_code
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from ws1_harness.report import write_report
+
+    md, png = write_report(args.file, args.out)
+    print(f"ws1 report: {md} {png}")
+    return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `ws1`. Returns the exit code (also used as the process exit status)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "matrix":
+            return _cmd_matrix(args)
+        if args.command == "merge":
+            return _cmd_merge(args, argv)
+        if args.command == "gate":
+            return _cmd_gate(args)
+        if args.command == "report":
+            return _cmd_report(args)
+        raise UsageError(f"ws1: unknown command {args.command!r}")  # pragma: no cover
+    except SystemExit as exc:  # --help and friends
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_BAD_INPUT)
+        return code
+    except KeyboardInterrupt:
+        print("ws1: interrupted", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # noqa: BLE001 - the CLI contract: one line, exit 2, never a traceback
+        from ws1_harness.evidence import EvidenceError
+
+        known = isinstance(exc, (UsageError, EvidenceError)) or type(exc).__name__ in (
+            "ContractError",
+            "WorkloadError",
+            "CellError",
+            "StatusError",
+        )
+        prefix = "" if known else f"ws1: internal error: {type(exc).__name__}: "
+        print(prefix + _one_line(exc), file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _entry() -> None:  # pragma: no cover
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _entry()

@@ -1,0 +1,274 @@
+"""The two comparators the four judgments use: raw-bit equality and the contract's tolerance rule.
+
+Why this module is strict (traps 4 and 5):
+- Invariance is judged on raw bits. Comparing fp32 upcasts with allclose lets +0 equal -0 and leaves NaN
+  unspecified; here both sides are viewed as integers of the same width, so +0 != -0 and a NaN equals a NaN
+  only when the two bit patterns are identical (same sign, same payload). Shape and dtype are checked first.
+- Accuracy is judged against an fp32 reference only; any other reference dtype raises ReferenceDtypeError, so a
+  bf16 "reference" can never pass itself off as gold. Thresholds come only from a ToleranceSpec resolved by
+  ws1_contract; this module holds no tolerance of its own.
+
+Diagnostics (max abs, max rel, ulp distance, mismatch count, first mismatch and its logical key) are reported
+but the verdict is only the rule.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from ws1_harness.cells import json_safe
+from ws1_harness.status import ReasonCode
+
+Key = tuple[int, int]
+
+# Same-width integer views used for raw-bit comparison and ulp distances.
+_INT_VIEW: dict[torch.dtype, torch.dtype] = {
+    torch.bfloat16: torch.int16,
+    torch.float16: torch.int16,
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+}
+_SIGN_MASK: dict[torch.dtype, int] = {
+    torch.int16: 0x7FFF,
+    torch.int32: 0x7FFFFFFF,
+    torch.int64: 0x7FFFFFFFFFFFFFFF,
+}
+_INT_DTYPES = frozenset(
+    {
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+    }
+)
+
+
+class ComparatorError(ValueError):
+    """A comparison that cannot be made (unsupported dtype, wrong kind of spec)."""
+
+
+class ReferenceDtypeError(ComparatorError):
+    """The accuracy reference is not fp32 (trap 5: a bf16 'reference' compared with a bf16 candidate)."""
+
+
+class ToleranceSpecLike(Protocol):
+    """The fields of ws1_contract.ToleranceSpec the comparator reads."""
+
+    mode: str
+    atol: float | None
+    rtol: float | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of one comparison: the verdict, a machine-readable reason, and diagnostics."""
+
+    passed: bool
+    reason_code: str | None
+    diagnostics: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (non-finite floats as strings, so the output is strict JSON)."""
+        out = {
+            "passed": self.passed,
+            "reason_code": self.reason_code,
+            "diagnostics": json_safe(dict(self.diagnostics)),
+        }
+        json.dumps(out, allow_nan=False)  # guarantee strict JSON
+        return out
+
+
+def _fail(reason: ReasonCode, **diag: Any) -> Comparison:
+    return Comparison(False, reason.value, diag)
+
+
+def _check_meta(actual: torch.Tensor, expected: torch.Tensor) -> Comparison | None:
+    if tuple(actual.shape) != tuple(expected.shape):
+        return _fail(
+            ReasonCode.SHAPE_MISMATCH, actual_shape=list(actual.shape), expected_shape=list(expected.shape)
+        )
+    if actual.dtype != expected.dtype:
+        return _fail(
+            ReasonCode.DTYPE_MISMATCH, actual_dtype=str(actual.dtype), expected_dtype=str(expected.dtype)
+        )
+    return None
+
+
+def _first_index(mask: torch.Tensor) -> list[int] | None:
+    """Multi-dimensional index of the first True element in row-major order, or None."""
+    flat = mask.reshape(-1)
+    hits = torch.nonzero(flat, as_tuple=False)
+    if hits.numel() == 0:
+        return None
+    pos = int(hits[0, 0])
+    index: list[int] = []
+    for size in reversed(mask.shape):
+        index.append(pos % size)
+        pos //= size
+    return list(reversed(index))
+
+
+def _key_of(index: list[int] | None, keys: Sequence[Key] | None) -> list[int] | None:
+    if index is None or keys is None or not index:
+        return None
+    row = index[0]
+    if row >= len(keys):
+        return None
+    sample_id, pos = keys[row]
+    return [int(sample_id), int(pos)]
+
+
+def _ordered_int(t: torch.Tensor) -> torch.Tensor:
+    """Map float bits to int64 so that adjacent floats differ by 1 (sign-magnitude → two's complement)."""
+    iview = _INT_VIEW[t.dtype]
+    bits = t.view(iview).to(torch.int64)
+    mag = bits & _SIGN_MASK[iview]
+    return torch.where(bits < 0, -mag, mag)
+
+
+def _ulp_distance(candidate: torch.Tensor, target: torch.Tensor, finite: torch.Tensor) -> int | None:
+    """Max ulp distance (in candidate's dtype) over finite elements; target is cast (round to nearest)."""
+    if candidate.dtype not in _INT_VIEW or not bool(finite.any()):
+        return None
+    c = _ordered_int(candidate[finite])
+    r = _ordered_int(target.to(candidate.dtype)[finite])
+    return int((c - r).abs().max())
+
+
+def _float_stats(actual: torch.Tensor, expected: torch.Tensor) -> dict[str, Any]:
+    """max_abs / max_rel over elements finite on both sides, in fp64."""
+    a = actual.to(torch.float64)
+    e = expected.to(torch.float64)
+    finite = torch.isfinite(a) & torch.isfinite(e)
+    out: dict[str, Any] = {"max_abs": None, "max_rel": None}
+    if bool(finite.any()):
+        diff = (a - e).abs()[finite]
+        out["max_abs"] = float(diff.max())
+        ref = e.abs()[finite]
+        nz = ref > 0
+        out["max_rel"] = float((diff[nz] / ref[nz]).max()) if bool(nz.any()) else None
+    return out
+
+
+def bitwise_equal(
+    actual: torch.Tensor, expected: torch.Tensor, keys: Sequence[Key] | None = None
+) -> Comparison:
+    """Raw-bit equality of two same-dtype, same-shape tensors.
+
+    Floats are compared through same-width integer views (bf16/fp16 → int16, fp32 → int32, fp64 → int64),
+    integer and bool tensors as they are. Consequences, by design: +0 and -0 differ; NaN equals NaN only with
+    an identical bit pattern. `keys[r]` is the logical (sample_id, position) of leading row r, used to name the
+    first mismatch.
+    """
+    meta = _check_meta(actual, expected)
+    if meta is not None:
+        return meta
+    if expected.device != actual.device:
+        expected = expected.to(actual.device)
+    dtype = actual.dtype
+    if dtype in _INT_VIEW:
+        iview = _INT_VIEW[dtype]
+        differ = actual.detach().view(iview) != expected.detach().view(iview)
+    elif dtype in _INT_DTYPES:
+        differ = actual.detach() != expected.detach()
+    else:
+        raise ComparatorError(f"bitwise_equal: unsupported dtype {dtype}")
+    n_total = differ.numel()
+    n_mismatch = int(differ.sum())
+    diag: dict[str, Any] = {"n_total": n_total, "n_mismatch": n_mismatch, "dtype": str(dtype)}
+    if n_mismatch == 0:
+        return Comparison(True, None, diag)
+    index = _first_index(differ)
+    diag["first_mismatch_index"] = index
+    diag["first_mismatch_key"] = _key_of(index, keys)
+    if dtype in _INT_VIEW:
+        diag.update(_float_stats(actual.detach(), expected.detach()))
+        finite = torch.isfinite(actual.detach()) & torch.isfinite(expected.detach())
+        diag["max_ulp"] = _ulp_distance(actual.detach(), expected.detach(), finite)
+    return Comparison(False, ReasonCode.BITS_DIFFER.value, diag)
+
+
+def _thresholds(spec: ToleranceSpecLike) -> tuple[float, float]:
+    if getattr(spec, "mode", None) != "tolerance":
+        raise ComparatorError(
+            f"tolerance_check: spec mode is {getattr(spec, 'mode', None)!r}, not 'tolerance'"
+        )
+    atol, rtol = spec.atol, spec.rtol
+    if (
+        atol is None
+        or rtol is None
+        or not (math.isfinite(atol) and math.isfinite(rtol))
+        or atol < 0
+        or rtol < 0
+    ):
+        raise ComparatorError(f"tolerance_check: spec has invalid thresholds atol={atol!r} rtol={rtol!r}")
+    return float(atol), float(rtol)
+
+
+def tolerance_check(
+    candidate: torch.Tensor,
+    reference: torch.Tensor,
+    spec: ToleranceSpecLike,
+    keys: Sequence[Key] | None = None,
+) -> Comparison:
+    """The accuracy rule `abs(c - r) <= atol + rtol * abs(r)`, per element, computed in fp64.
+
+    `reference` must be fp32 (ReferenceDtypeError otherwise). Thresholds come only from `spec` (a resolved
+    ws1_contract.ToleranceSpec with mode 'tolerance'). Non-finite rule: an element where either side is NaN or
+    Inf passes only if both sides hold the same non-finite value (NaN with NaN, +Inf with +Inf, -Inf with
+    -Inf); otherwise the comparison fails with reason `non_finite`.
+    """
+    if reference.dtype != torch.float32:
+        raise ReferenceDtypeError(
+            f"tolerance_check: reference dtype is {reference.dtype}, must be torch.float32"
+        )
+    atol, rtol = _thresholds(spec)
+    if tuple(candidate.shape) != tuple(reference.shape):
+        return _fail(
+            ReasonCode.SHAPE_MISMATCH,
+            actual_shape=list(candidate.shape),
+            expected_shape=list(reference.shape),
+        )
+    if not candidate.dtype.is_floating_point:
+        raise ComparatorError(f"tolerance_check: candidate dtype {candidate.dtype} is not floating point")
+    cand = candidate.detach()
+    ref = reference.detach().to(cand.device)
+    c = cand.to(torch.float64)
+    r = ref.to(torch.float64)
+    finite = torch.isfinite(c) & torch.isfinite(r)
+    # Non-finite elements: equal only if both are NaN or both the same infinity.
+    same_nonfinite = (torch.isnan(c) & torch.isnan(r)) | (torch.isinf(c) & torch.isinf(r) & (c == r))
+    ok_finite = (c - r).abs() <= atol + rtol * r.abs()
+    ok = torch.where(finite, ok_finite, same_nonfinite)
+    bad = ~ok
+    n_total = ok.numel()
+    n_mismatch = int(bad.sum())
+    n_nonfinite_bad = int((bad & ~finite).sum())
+    diag: dict[str, Any] = {
+        "atol": atol,
+        "rtol": rtol,
+        "n_total": n_total,
+        "n_mismatch": n_mismatch,
+        "n_non_finite_mismatch": n_nonfinite_bad,
+        "candidate_dtype": str(cand.dtype),
+    }
+    diag.update(_float_stats(cand, ref))
+    diag["max_ulp"] = _ulp_distance(cand, ref, finite)
+    if n_mismatch == 0:
+        return Comparison(True, None, diag)
+    index = _first_index(bad)
+    diag["first_mismatch_index"] = index
+    diag["first_mismatch_key"] = _key_of(index, keys)
+    reason = ReasonCode.NON_FINITE if n_nonfinite_bad else ReasonCode.TOLERANCE_EXCEEDED
+    return Comparison(False, reason.value, diag)

@@ -1,0 +1,443 @@
+"""Evidence files: written cell by cell while the matrix runs, finalised into one validated JSON document.
+
+Why it works this way:
+- Trap 20: a hung or crashed run once left nothing behind. The writer appends every cell to
+  `<name>.partial.jsonl` (one JSON object per line, flushed and fsync'd) as soon as it is known; a crash leaves
+  a readable partial file whose `finalised` is false, which the gate reads as red, never as a pass.
+- Trap 1: an empty or truncated file once passed. `finalise()` validates the whole document against
+  `evidence.schema.json` (shipped by ws1_contract) plus semantic checks before an atomic rename, and every
+  reader repeats those checks; missing fields never default to empty.
+- Trap 6: provenance is collected by the writer itself, always.
+- Trap 23: writing into the checkout dirtied the tree. The default directory is outside it
+  (`$WS1_EVIDENCE_DIR` or `~/.cache/ws1/evidence`), and a path inside a git work tree that git does not
+  ignore is refused unless the caller passes `allow_in_checkout=True`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ws1_harness.cells import Cell, CellError, CellKey, OperatorInfo, cell_key_of, operator_infos
+from ws1_harness.provenance import collect_provenance
+from ws1_harness.status import CellStatus
+
+SCHEMA_VERSION = 1
+PARTIAL_SUFFIX = ".partial.jsonl"
+
+
+class EvidenceError(Exception):
+    """Bad, incomplete or unwritable evidence. The message is one line: '<where>: <what>'."""
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    """The manifest a run used: its workload id, fingerprint and revision."""
+
+    id: str
+    fingerprint: str
+    revision: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "fingerprint": self.fingerprint, "revision": self.revision}
+
+
+@dataclass(frozen=True)
+class Axes:
+    """The matrix axes and the operator specs that decide which cells exist and which must be `na`."""
+
+    profiles: tuple[str, ...]
+    operators: tuple[str, ...]
+    tiers: tuple[str, ...]
+    judgments: tuple[str, ...]
+    operator_specs: Mapping[str, OperatorInfo]
+
+    @classmethod
+    def build(
+        cls,
+        profiles: Sequence[str],
+        operators: Sequence[str],
+        tiers: Sequence[str],
+        judgments: Sequence[str],
+        operator_specs: Mapping[str, Any] | Iterable[Any],
+    ) -> Axes:
+        """Axes from plain sequences; operator specs (manifest OperatorSpec objects or dicts) are kept only
+        for the operators on the axis, and every operator on the axis must have one."""
+        infos = operator_infos(operator_specs)
+        missing = [op for op in operators if op not in infos]
+        if missing:
+            raise EvidenceError(f"axes: operators without a spec: {', '.join(missing)}")
+        return cls(
+            tuple(profiles),
+            tuple(operators),
+            tuple(tiers),
+            tuple(judgments),
+            {op: infos[op] for op in operators},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "profiles": list(self.profiles),
+            "operators": list(self.operators),
+            "tiers": list(self.tiers),
+            "judgments": list(self.judgments),
+            "operator_specs": {name: info.to_json() for name, info in self.operator_specs.items()},
+        }
+
+    def contains(self, key: CellKey) -> bool:
+        return (
+            key.profile in self.profiles
+            and key.operator in self.operators
+            and key.tier in self.tiers
+            and key.judgment in self.judgments
+        )
+
+
+def axes_of(doc: Mapping[str, Any]) -> Axes:
+    """The Axes recorded in an evidence document."""
+    ax = doc["axes"]
+    return Axes.build(ax["profiles"], ax["operators"], ax["tiers"], ax["judgments"], ax["operator_specs"])
+
+
+@dataclass(frozen=True)
+class EvidenceHeader:
+    """Everything about a run except its cells and provenance (which the writer collects itself)."""
+
+    workload: WorkloadRef
+    contract_fingerprint: str
+    command: str
+    axes: Axes
+    shard: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload.to_json(),
+            "contract": {"fingerprint": self.contract_fingerprint},
+            "command": self.command,
+            "shard": self.shard,
+            "axes": self.axes.to_json(),
+        }
+
+
+# ---------------------------------------------------------------------------------------------- locations
+
+
+def default_evidence_dir() -> Path:
+    """`$WS1_EVIDENCE_DIR`, else `~/.cache/ws1/evidence`: outside any checkout by default (trap 23)."""
+    env = os.environ.get("WS1_EVIDENCE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "ws1" / "evidence"
+
+
+def partial_path_for(path: Path) -> Path:
+    """`dir/name.json` → `dir/name.partial.jsonl`."""
+    stem = path.name[: -len(".json")] if path.name.endswith(".json") else path.name
+    return path.with_name(stem + PARTIAL_SUFFIX)
+
+
+def _git_toplevel(path: Path) -> Path | None:
+    """The work tree holding `path` (found by walking up to a `.git` entry), or None."""
+    probe = path.resolve()
+    for parent in (probe, *probe.parents):
+        if (parent / ".git").exists():
+            return parent
+    return None
+
+
+def check_outside_checkout(path: Path) -> None:
+    """Refuse an evidence path inside a git work tree unless git ignores it (trap 23)."""
+    top = _git_toplevel(path.parent if not path.is_dir() else path)
+    if top is None:
+        return
+    if shutil.which("git") is not None:
+        try:
+            proc = subprocess.run(
+                ["git", "-C", str(top), "check-ignore", "-q", "--no-index", str(path.resolve())],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+            if proc.returncode == 0:
+                return
+        except (OSError, subprocess.SubprocessError):
+            pass
+    raise EvidenceError(
+        f"evidence: {path} is inside the git checkout {top} and not ignored; write outside it "
+        "(default $WS1_EVIDENCE_DIR or ~/.cache/ws1/evidence) or allow it explicitly"
+    )
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _dumps(obj: Any) -> str:
+    """Strict JSON (no NaN/Infinity): a non-finite float in a diagnostic must be converted by its producer."""
+    try:
+        return json.dumps(obj, allow_nan=False, sort_keys=False, separators=(",", ":"))
+    except ValueError as exc:
+        raise EvidenceError(f"evidence: not strict JSON ({exc})") from None
+
+
+# ---------------------------------------------------------------------------------------------- validation
+
+
+def counts_of(cells: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Number of cells per status, plus the total."""
+    counts = {s.value: 0 for s in CellStatus}
+    total = 0
+    for cell in cells:
+        counts[cell["status"]] += 1
+        total += 1
+    counts["total"] = total
+    return counts
+
+
+def _schema_check(doc: Any, source: str) -> None:
+    from ws1_contract import ContractError, validate_document
+
+    try:
+        validate_document(doc, "evidence", source)
+    except ContractError as exc:
+        raise EvidenceError(str(exc).splitlines()[0] if str(exc) else f"{source}: schema violation") from None
+
+
+def validate_evidence(doc: Any, source: str) -> None:
+    """Schema plus semantic checks; raises EvidenceError. Does not require `finalised` (see load_evidence)."""
+    _schema_check(doc, source)
+    cells = doc["cells"]
+    if doc["counts"] != counts_of(cells):
+        raise EvidenceError(f"{source}: counts {doc['counts']} do not match the cells {counts_of(cells)}")
+    seen: set[CellKey] = set()
+    n_shards = len(doc["shards"])
+    for i, raw in enumerate(cells):
+        try:
+            cell = Cell.from_json(raw)
+        except CellError as exc:
+            raise EvidenceError(f"{source}: cells[{i}]: {exc}") from None
+        if cell.key in seen:
+            raise EvidenceError(f"{source}: cells[{i}]: duplicate cell {cell.key.label()}")
+        seen.add(cell.key)
+        if cell.shard is not None and cell.shard >= n_shards:
+            raise EvidenceError(
+                f"{source}: cells[{i}]: shard index {cell.shard} but {n_shards} shards recorded"
+            )
+    workload = doc["workload"]
+    if not workload["id"].endswith(f".r{workload['revision']}"):
+        raise EvidenceError(
+            f"{source}: workload id {workload['id']!r} does not embed its revision {workload['revision']}"
+        )
+    ax = doc["axes"]
+    missing = [op for op in ax["operators"] if op not in ax["operator_specs"]]
+    if missing:
+        raise EvidenceError(f"{source}: axes: operators without a spec: {', '.join(missing)}")
+
+
+def _parse_json(text: str, source: str) -> Any:
+    def reject(name: str) -> Any:
+        raise ValueError(f"non-standard constant {name}")
+
+    try:
+        return json.loads(text, parse_constant=reject)
+    except ValueError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "invalid JSON"
+        raise EvidenceError(f"{source}: malformed JSON ({first})") from None
+
+
+def _read_partial(text: str, source: str, tolerate_torn_tail: bool) -> dict[str, Any]:
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    elif lines and tolerate_torn_tail:
+        lines.pop()  # a line without its newline was cut by a crash
+    if not lines:
+        raise EvidenceError(f"{source}: empty partial evidence file")
+    records = []
+    for n, line in enumerate(lines, start=1):
+        rec = _parse_json(line, f"{source}:{n}")
+        if not isinstance(rec, dict) or rec.get("record") not in ("header", "cell"):
+            raise EvidenceError(f"{source}:{n}: not a header or cell record")
+        records.append(rec)
+    if records[0]["record"] != "header" or any(r["record"] != "cell" for r in records[1:]):
+        raise EvidenceError(f"{source}: a partial file is one header record followed by cell records")
+    header = records[0].get("evidence")
+    if not isinstance(header, dict):
+        raise EvidenceError(f"{source}:1: header record has no evidence object")
+    cells: list[Any] = [r.get("cell") for r in records[1:]]
+    doc = dict(header)
+    doc["cells"] = cells
+    with contextlib.suppress(KeyError, TypeError):  # a malformed cell: the schema check names it
+        doc["counts"] = counts_of(cells)
+    doc["finalised"] = False
+    return doc
+
+
+def read_evidence(path: str | Path, *, tolerate_torn_tail: bool = False) -> dict[str, Any]:
+    """Read a finalised `.json` or a `.partial.jsonl` file; schema + semantic checks, `finalised` may be false.
+
+    Any problem (missing file, empty, truncated, malformed, schema-invalid, inconsistent) is an EvidenceError.
+    """
+    p = Path(path)
+    source = str(p)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise EvidenceError(f"{source}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvidenceError(f"{source}: unreadable ({type(exc).__name__})") from None
+    if not text.strip():
+        raise EvidenceError(f"{source}: empty file")
+    if p.name.endswith(PARTIAL_SUFFIX):
+        doc = _read_partial(text, source, tolerate_torn_tail)
+    else:
+        doc = _parse_json(text, source)
+    validate_evidence(doc, source)
+    return doc
+
+
+def load_evidence(path: str | Path) -> dict[str, Any]:
+    """A complete evidence file: read_evidence plus `finalised` must be true."""
+    doc = read_evidence(path)
+    if not doc["finalised"]:
+        raise EvidenceError(f"{path}: evidence is not finalised (partial or crashed run)")
+    return doc
+
+
+def file_sha256(path: str | Path) -> str:
+    return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_evidence_json(doc: Mapping[str, Any], path: str | Path, *, allow_in_checkout: bool = False) -> Path:
+    """Validate `doc` and write it atomically (temp file, fsync, rename)."""
+    p = Path(path)
+    if not allow_in_checkout:
+        check_outside_checkout(p)
+    validate_evidence(doc, str(p))
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(doc, allow_nan=False, indent=1) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, p)
+    _fsync_dir(p.parent)
+    return p
+
+
+# ---------------------------------------------------------------------------------------------- writer
+
+
+class EvidenceWriter:
+    """Writes one run's evidence: each cell is appended and fsync'd as soon as it is known; `finalise()`
+    turns the partial file into the complete, validated JSON.
+
+    `path` is the final JSON path (`dir/name.json`); the partial file is `dir/name.partial.jsonl`. A stale
+    final file at `path` is removed at start, so a crash can never leave an old complete file beside the new
+    partial one.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        header: EvidenceHeader,
+        *,
+        allow_in_checkout: bool = False,
+        argv: Sequence[str] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        if not self.path.name.endswith(".json"):
+            raise EvidenceError(f"evidence: {self.path} must end in .json")
+        if not allow_in_checkout:
+            check_outside_checkout(self.path)
+        self.allow_in_checkout = allow_in_checkout
+        self.partial_path = partial_path_for(self.path)
+        self.header = header
+        self._doc: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "finalised": False,
+            "created_utc": utc_now(),
+            "provenance": collect_provenance(argv).to_json(),
+            **header.to_json(),
+            "shards": [],
+        }
+        self._cells: list[dict[str, Any]] = []
+        self._keys: set[CellKey] = set()
+        self._finalised = False
+        # Validate the header now (with no cells) so a bad header fails before any work is done.
+        validate_evidence({**self._doc, "counts": counts_of([]), "cells": []}, str(self.partial_path))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.unlink(missing_ok=True)
+        self._file = open(self.partial_path, "w", encoding="utf-8")  # noqa: SIM115 - held open across cells
+        self._append({"record": "header", "evidence": self._doc})
+        _fsync_dir(self.path.parent)
+
+    def _append(self, record: Mapping[str, Any]) -> None:
+        self._file.write(_dumps(record) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def write_cell(self, cell: Cell) -> None:
+        """Append one cell (durably). Refuses a cell outside the axes or a key written twice."""
+        if self._finalised:
+            raise EvidenceError(f"{self.path}: already finalised")
+        if not self.header.axes.contains(cell.key):
+            raise EvidenceError(f"{self.partial_path}: cell {cell.key.label()} is outside the axes")
+        if cell.key in self._keys:
+            raise EvidenceError(f"{self.partial_path}: cell {cell.key.label()} written twice")
+        raw = cell.to_json()
+        self._append({"record": "cell", "cell": raw})
+        self._keys.add(cell.key)
+        self._cells.append(raw)
+
+    @property
+    def cells(self) -> tuple[dict[str, Any], ...]:
+        return tuple(self._cells)
+
+    def close(self) -> None:
+        """Close the partial file without finalising (what a crash leaves behind)."""
+        if not self._file.closed:
+            self._file.close()
+
+    def finalise(self) -> Path:
+        """Validate the complete document, write it atomically to `path`, and remove the partial file."""
+        if self._finalised:
+            raise EvidenceError(f"{self.path}: already finalised")
+        doc = {**self._doc, "finalised": True, "counts": counts_of(self._cells), "cells": list(self._cells)}
+        self.close()
+        write_evidence_json(doc, self.path, allow_in_checkout=self.allow_in_checkout)
+        self._finalised = True
+        self.partial_path.unlink(missing_ok=True)
+        _fsync_dir(self.path.parent)
+        return self.path
+
+    def __enter__(self) -> EvidenceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def cell_keys(doc: Mapping[str, Any]) -> list[CellKey]:
+    """The keys of a document's cells, in file order."""
+    return [cell_key_of(c) for c in doc["cells"]]

@@ -1,0 +1,195 @@
+"""The gate: one verdict and one exit code for an evidence file.
+
+Exit codes: 0 pass, 1 red, 2 bad input, 3 pending only.
+
+What makes it fail closed:
+- Trap 1: an empty or truncated file once passed. Unreadable, malformed, truncated or schema-invalid input is
+  exit 2; a partial (not finalised) file is red; the exact expected cell set is required (a missing required
+  cell and any extra cell are red); at least one executed green required cell is required.
+- Trap 2: only one failing verdict kind was once counted. Here every status other than green is open: red and
+  error are red, `na` passes only with the reason the expected cell set demands, `pending_arch` is pending
+  (exit 3) unless explicitly allowed.
+- Trap 11: the expected set is derived from the evidence's own axes and operator specs (ws1_harness.cells),
+  or passed in by the caller; no count is hard-coded.
+- Trap 22: `expect_commit` and `require_clean` check the commit and dirty flag of the code that produced the
+  cells.
+No torch is imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ws1_harness import cells as _cells
+from ws1_harness.cells import CellError, CellKey, ExpectedCell, cell_key_of
+from ws1_harness.evidence import EvidenceError, read_evidence, validate_evidence
+from ws1_harness.status import NA_REASONS, CellStatus, ReasonCode
+
+EXIT_PASS = 0
+EXIT_RED = 1
+EXIT_BAD_INPUT = 2
+EXIT_PENDING = 3
+_MAX_PROBLEM_LINES = 200
+VERDICTS = {EXIT_PASS: "PASS", EXIT_RED: "RED", EXIT_BAD_INPUT: "BAD INPUT", EXIT_PENDING: "PENDING"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason the gate did not pass: `kind` is "red" or "pending"; `code` is machine-readable."""
+
+    kind: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The verdict: exit code, human summary lines, and the machine-readable problems behind it."""
+
+    exit_code: int
+    lines: tuple[str, ...]
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == EXIT_PASS
+
+    @property
+    def verdict(self) -> str:
+        """PASS, RED, BAD INPUT or PENDING."""
+        return VERDICTS[self.exit_code]
+
+
+def source_commit(doc: Mapping[str, Any]) -> tuple[list[str], bool]:
+    """(commits, dirty) of the code that produced the cells: every shard's for a merge, else the writer's."""
+    provs = [s["provenance"] for s in doc["shards"]] if doc["shards"] else [doc["provenance"]]
+    commits = sorted({p["git_commit"] for p in provs})
+    return commits, any(p["git_dirty"] for p in provs)
+
+
+def _judge_cell(raw: Mapping[str, Any], exp: ExpectedCell, allow_pending_arch: bool) -> Problem | None:
+    key = exp.key.label()
+    status = CellStatus(raw["status"])
+    reason = raw["reason_code"]
+    if exp.na_reason is not None:
+        if status is CellStatus.NA and reason == exp.na_reason:
+            return None
+        if status is CellStatus.PENDING_ARCH:
+            pass  # judged below like any pending cell
+        elif status in (CellStatus.RED, CellStatus.ERROR):
+            return Problem("red", status.value, f"{key}: {status.value} ({reason})")
+        else:
+            return Problem(
+                "red", "expected_na", f"{key}: {status.value} ({reason}) but must be na ({exp.na_reason})"
+            )
+    if status is CellStatus.GREEN:
+        return None
+    if status in (CellStatus.RED, CellStatus.ERROR):
+        return Problem("red", status.value, f"{key}: {status.value} ({reason})")
+    if status is CellStatus.NA:
+        if reason == ReasonCode.OPTIONAL_NOT_PROVIDED.value and not exp.required:
+            return None
+        why = "not an na reason" if reason not in NA_REASONS else "does not apply to this cell"
+        return Problem("red", "unexplained_na", f"{key}: na ({reason}) {why}")
+    if status is CellStatus.PENDING_ARCH:
+        if allow_pending_arch:
+            return None
+        return Problem("pending", "pending_arch", f"{key}: pending_arch ({reason})")
+    return Problem("red", "unknown_status", f"{key}: unknown status {status!r}")  # pragma: no cover
+
+
+def gate(
+    evidence: Mapping[str, Any] | str | Path,
+    expected_cells: Mapping[CellKey, ExpectedCell] | None = None,
+    *,
+    allow_pending_arch: bool = False,
+    expect_commit: str | None = None,
+    require_clean: bool = False,
+    source: str | None = None,
+) -> GateResult:
+    """Judge an evidence document (or file). `expected_cells` overrides the set derived from the axes."""
+    expected = expected_cells
+    if source is None:
+        source = str(evidence) if isinstance(evidence, (str, Path)) else "evidence"
+    try:
+        if isinstance(evidence, (str, Path)):
+            doc = read_evidence(evidence)
+        else:
+            doc = dict(evidence)
+            validate_evidence(doc, source)
+        if expected is None:
+            ax = doc["axes"]
+            expected = _cells.expected_cells(
+                ax["profiles"], ax["operators"], ax["tiers"], ax["judgments"], ax["operator_specs"]
+            )
+    except (EvidenceError, CellError) as exc:
+        line = f"ws1 gate: {VERDICTS[EXIT_BAD_INPUT]}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        return GateResult(EXIT_BAD_INPUT, (line,), (Problem("bad_input", "bad_input", line),))
+
+    problems: list[Problem] = []
+    if not doc["finalised"]:
+        problems.append(Problem("red", "not_finalised", "evidence is not finalised (partial or crashed run)"))
+
+    commits, dirty = source_commit(doc)
+    if len(commits) != 1:
+        problems.append(
+            Problem("red", "commit_mismatch", f"shards from several commits: {', '.join(commits)}")
+        )
+    if expect_commit is not None and commits != [expect_commit.strip().lower()]:
+        problems.append(
+            Problem(
+                "red", "commit_mismatch", f"evidence commit {', '.join(commits)} != expected {expect_commit}"
+            )
+        )
+    if require_clean and dirty:
+        problems.append(Problem("red", "dirty_tree", "evidence was produced from a dirty or unknown tree"))
+
+    present: dict[CellKey, Mapping[str, Any]] = {cell_key_of(c): c for c in doc["cells"]}
+    for key in sorted(set(present) - set(expected)):
+        problems.append(Problem("red", "extra_cell", f"{key.label()}: cell not in the expected set"))
+    n_green_required = 0
+    n_missing_optional = 0
+    for key in sorted(expected):
+        exp = expected[key]
+        raw = present.get(key)
+        if raw is None:
+            if exp.required:
+                problems.append(
+                    Problem("red", ReasonCode.NOT_RUN.value, f"{key.label()}: required cell missing")
+                )
+            else:
+                n_missing_optional += 1
+            continue
+        problem = _judge_cell(raw, exp, allow_pending_arch)
+        if problem is not None:
+            problems.append(problem)
+        elif raw["status"] == CellStatus.GREEN.value and exp.required:
+            n_green_required += 1
+    if n_green_required == 0:
+        problems.append(Problem("red", "no_green", "no executed green required cell"))
+
+    n_red = sum(p.kind == "red" for p in problems)
+    n_pending = sum(p.kind == "pending" for p in problems)
+    code = EXIT_RED if n_red else (EXIT_PENDING if n_pending else EXIT_PASS)
+    verdict = VERDICTS[code]
+
+    counts = doc["counts"]
+    lines = [
+        f"ws1 gate: {verdict} (exit {code}): {source}",
+        f"commit {', '.join(commits)} dirty={str(dirty).lower()} workload {doc['workload']['id']} "
+        f"contract {doc['contract']['fingerprint'][:19]} finalised={str(doc['finalised']).lower()}",
+        "cells: "
+        + " ".join(f"{s.value}={counts[s.value]}" for s in CellStatus)
+        + f" total={counts['total']} expected={len(expected)} green_required={n_green_required}"
+        + (f" optional_absent={n_missing_optional}" if n_missing_optional else "")
+        + (" pending_arch_allowed" if allow_pending_arch else ""),
+        f"problems: red={n_red} pending={n_pending}",
+    ]
+    for p in problems[:_MAX_PROBLEM_LINES]:
+        lines.append(f"  [{p.kind}] {p.message}")
+    if len(problems) > _MAX_PROBLEM_LINES:
+        lines.append(f"  ... and {len(problems) - _MAX_PROBLEM_LINES} more")
+    return GateResult(code, tuple(lines), tuple(problems))

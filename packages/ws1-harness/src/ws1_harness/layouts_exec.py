@@ -1,0 +1,232 @@
+"""Run one candidate on one physical layout: the C3 forward and C4 backward executions.
+
+The candidate executes on the layout itself: one call per physical call of the layout (one batched call for
+B=N, one per micro-batch, one per chunk, the padded grid with its pad rows). Outputs and token gradients come
+back in physical order and are restored to logical order by the workload's `restore`, which fails on any
+missing, extra or duplicate key. Each layout runs once; the forward and gradient judgments read that one run
+(trap 31).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from ws1_kernels import LayoutContext
+from ws1_workload import Fixture, Layout, PhysicalCall, restore
+
+from .adapters import OperatorAdapter
+from .observe import Observation, observe
+
+Tensor = torch.Tensor
+
+PARAM_RULE_MAIN_GRAD = "sample_blocks_main_grad"
+PARAM_RULE_AUTOGRAD = "autograd_accumulate"
+
+
+class MissingBackwardError(RuntimeError):
+    """The candidate's output cannot be differentiated: a categorised failure, not a crash."""
+
+
+@dataclass
+class LogicalInputs:
+    """The logical tensors of one case: rows in logical order (samples ascending, positions ascending)."""
+
+    tokens: dict[str, Tensor]
+    params: dict[str, Tensor]
+    upstream: Tensor | None
+    offsets: dict[int, int]
+    keys: list[tuple[int, int]]
+
+
+@dataclass
+class LayoutRun:
+    """What one layout produced, restored to logical order."""
+
+    layout: str
+    kind: str
+    n_calls: int
+    output: Tensor
+    token_grads: dict[str, Tensor] = field(default_factory=dict)
+    param_grads: dict[str, Tensor] = field(default_factory=dict)
+    forward_obs: Observation = field(default_factory=Observation)
+    backward_obs: Observation = field(default_factory=Observation)
+    backward_error: str | None = None
+
+
+def _pad_noise(case_id: str, name: str, layout: str, call: int, shape: tuple[int, ...]) -> Tensor:
+    """Deterministic non-zero filler for pad rows: a row-mixing op must see garbage there, not zeros."""
+    digest = hashlib.sha256(f"ws1-pad|{case_id}|{name}|{layout}|{call}".encode()).digest()
+    gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+    noise = torch.randn(shape, generator=gen)
+    return torch.where(noise == 0, torch.ones_like(noise), noise)
+
+
+def physical_index(call: PhysicalCall, offsets: Mapping[int, int]) -> Tensor:
+    """Row index into the logical tensors for every physical row; -1 on pads."""
+    idx = torch.full((len(call.sample_ids),), -1, dtype=torch.long)
+    for row, (s, p) in enumerate(zip(call.sample_ids.tolist(), call.positions.tolist(), strict=True)):
+        if s >= 0:
+            idx[row] = offsets[s] + p
+    return idx
+
+
+def gather_rows(logical: Tensor, index: Tensor, pad_rows: Tensor | None) -> Tensor:
+    """Physical tensor: logical rows at `index`, `pad_rows` (or zeros) where index is -1."""
+    real = index >= 0
+    out = torch.zeros((len(index), *logical.shape[1:]), dtype=logical.dtype)
+    out[real] = logical[index[real]]
+    if pad_rows is not None and (~real).any():
+        out[~real] = pad_rows[~real].to(logical.dtype)
+    return out
+
+
+def _integer_pad(logical: Tensor, pad_id: int, n: int) -> Tensor:
+    return torch.full((n, *logical.shape[1:]), pad_id, dtype=logical.dtype)
+
+
+def _kv_prefix(call: PhysicalCall, inputs: LogicalInputs) -> dict[int, tuple[Tensor, Tensor]]:
+    """Keys and values of the earlier tokens each sample of a chunked or decode call attends to."""
+    if "k" not in inputs.tokens:
+        return {}
+    prefix: dict[int, tuple[Tensor, Tensor]] = {}
+    for s, length in call.prefix_lengths.items():
+        if length > 0:
+            start = inputs.offsets[s]
+            prefix[s] = (
+                inputs.tokens["k"][start : start + length].clone(),
+                inputs.tokens["v"][start : start + length].clone(),
+            )
+    return prefix
+
+
+def _fresh_params(inputs: LogicalInputs, train: bool, rule: str | None) -> dict[str, Tensor]:
+    """New leaf parameters for one layout, with a zeroed fp32 main_grad when the rule carries one."""
+    params: dict[str, Tensor] = {}
+    for name, value in inputs.params.items():
+        leaf = value.detach().clone().requires_grad_(train)
+        if train and rule == PARAM_RULE_MAIN_GRAD:
+            leaf.main_grad = torch.zeros(value.shape, dtype=torch.float32)  # type: ignore[attr-defined]
+        params[name] = leaf
+    return params
+
+
+def _read_param_grads(params: Mapping[str, Tensor], rule: str | None) -> dict[str, Tensor]:
+    """The parameter gradients where the candidate's declared rule leaves them; never re-summed here."""
+    grads: dict[str, Tensor] = {}
+    for name, leaf in params.items():
+        if rule == PARAM_RULE_MAIN_GRAD:
+            grad = getattr(leaf, "main_grad", None)
+        elif rule == PARAM_RULE_AUTOGRAD:
+            grad = leaf.grad
+        else:
+            raise MissingBackwardError(f"parameter {name}: unknown gradient rule {rule!r}")
+        if grad is None:
+            raise MissingBackwardError(f"parameter {name}: no gradient under rule {rule!r}")
+        grads[name] = grad.detach().clone()
+    return grads
+
+
+def run_layout(
+    fn: Callable[..., Tensor],
+    adapter: OperatorAdapter,
+    fixture: Fixture,
+    layout: Layout,
+    inputs: LogicalInputs,
+    *,
+    case_id: str,
+    pad_id: int,
+    train: bool,
+    param_rule: str | None,
+) -> LayoutRun:
+    """Execute `fn` call by call on `layout`; backward too when `train` (training layouts only)."""
+    params = _fresh_params(inputs, train, param_rule)
+    outputs: list[Tensor] = []
+    grads: dict[str, list[Tensor]] = {name: [] for name in adapter.grad_inputs}
+    run = LayoutRun(layout.name, layout.kind, len(layout.calls), torch.empty(0))
+    for call in layout.calls:
+        index = physical_index(call, inputs.offsets)
+        n = len(index)
+        physical: dict[str, Tensor] = {}
+        for spec in adapter.token_inputs:
+            logical = inputs.tokens[spec.name]
+            if spec.kind == "float":
+                pad = _pad_noise(case_id, spec.name, layout.name, call.index, (n, *spec.row_shape))
+                x = gather_rows(logical, index, pad)
+                physical[spec.name] = x.requires_grad_(train and spec.differentiable)
+            else:
+                physical[spec.name] = gather_rows(logical, index, _integer_pad(logical, pad_id, n))
+        ctx = LayoutContext(
+            sample_ids=call.sample_ids.clone(),
+            positions=call.positions.clone(),
+            kv_prefix=_kv_prefix(call, inputs),
+        )
+        with observe() as fwd_obs:
+            out = adapter.invoke(fn, physical, params, ctx)
+        run.forward_obs.merge(fwd_obs)
+        outputs.append(out.detach())
+        if not train or run.backward_error is not None:
+            continue
+        assert inputs.upstream is not None
+        upstream = gather_rows(inputs.upstream, index, None).to(out.dtype)
+        try:
+            if not out.requires_grad:
+                raise MissingBackwardError("output does not require grad: the candidate has no backward")
+            with observe() as bwd_obs:
+                torch.autograd.backward(out, upstream)
+            run.backward_obs.merge(bwd_obs)
+        except (MissingBackwardError, NotImplementedError) as exc:
+            run.backward_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            continue
+        for name in adapter.grad_inputs:
+            g = physical[name].grad
+            if g is None:
+                run.backward_error = f"input {name}: no gradient produced"
+                break
+            grads[name].append(g.detach())
+    run.output = restore(layout, outputs)
+    if train and run.backward_error is None:
+        run.token_grads = {name: restore(layout, parts) for name, parts in grads.items()}
+        try:
+            run.param_grads = _read_param_grads(params, param_rule)
+        except MissingBackwardError as exc:
+            run.backward_error = str(exc)
+    return run
+
+
+def run_reference(
+    ref_fn: Callable[..., Tensor],
+    adapter: OperatorAdapter,
+    canonical: Layout,
+    inputs: LogicalInputs,
+    *,
+    train: bool,
+) -> LayoutRun:
+    """The fp32 gold on the canonical layout: bf16 inputs upcast, plain autograd, TF32 off."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    (call,) = canonical.calls
+    index = physical_index(call, inputs.offsets)
+    physical: dict[str, Tensor] = {}
+    for spec in adapter.token_inputs:
+        logical = inputs.tokens[spec.name]
+        x = gather_rows(logical, index, None)
+        if spec.kind == "float":
+            x = x.float().requires_grad_(train and spec.differentiable)
+        physical[spec.name] = x
+    params = {n: p.detach().float().requires_grad_(train) for n, p in inputs.params.items()}
+    ctx = LayoutContext(sample_ids=call.sample_ids.clone(), positions=call.positions.clone(), kv_prefix={})
+    out = adapter.invoke(ref_fn, physical, params, ctx)
+    run = LayoutRun(canonical.name, canonical.kind, 1, restore(canonical, [out.detach()]))
+    if train:
+        assert inputs.upstream is not None
+        upstream = gather_rows(inputs.upstream, index, None).to(adapter.output_dtype).float()
+        torch.autograd.backward(out, upstream)
+        run.token_grads = {
+            n: restore(canonical, [physical[n].grad.detach()])  # type: ignore[union-attr]
+            for n in adapter.grad_inputs
+        }
+        run.param_grads = {n: p.grad.detach() for n, p in params.items()}  # type: ignore[union-attr]
+    return run

@@ -1,0 +1,163 @@
+"""Mandatory provenance for every evidence file.
+
+Trap 6: provenance was once checked only when a caller chose to pass it, and the debugging tool never did.
+Here the evidence writer and the merge collect it themselves; there is no way to write evidence without it.
+Trap 22: a missing or failing `git` never reads as a clean tree: the commit becomes "unknown" and dirty=True.
+Trap 24: the software and hardware environment is recorded so that CI and evidence environments can be
+compared. No hostname is recorded.
+
+A checkout copied without its `.git` (a remote GPU machine) may state its commit through the environment
+variables WS1_SOURCE_COMMIT and WS1_SOURCE_DIRTY ("0" or "1", default "1"); the record then says
+`git_source: "env"`, so such a claim is never mistaken for one read from git.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+UNKNOWN = "unknown"
+_PACKAGES = (
+    "ws1-contract",
+    "ws1-workload",
+    "ws1-kernels",
+    "ws1-harness",
+    "torch",
+    "triton",
+    "jsonschema",
+    "numpy",
+)
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$|^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where and from what an evidence file came."""
+
+    git_commit: str
+    git_dirty: bool
+    git_source: str  # "git", "env" or "unknown"
+    source_dir: str
+    device: str  # "cuda" or "cpu"
+    device_name: str
+    capability: str | None  # "sm_90" on CUDA, None on CPU
+    driver: str | None
+    cuda: str | None
+    torch: str
+    triton: str
+    python: str
+    platform: str
+    argv: tuple[str, ...]
+    packages: tuple[tuple[str, str], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["argv"] = list(self.argv)
+        d["packages"] = dict(self.packages)
+        return d
+
+
+def _run(cmd: Sequence[str], cwd: Path) -> str | None:
+    """stdout of a command, or None if it is missing, fails or hangs."""
+    try:
+        proc = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def source_dir() -> Path:
+    """The directory the running ws1_harness code lives in (its checkout when installed editable)."""
+    return Path(__file__).resolve().parent
+
+
+def git_state(where: Path | None = None) -> tuple[str, bool, str]:
+    """(commit, dirty, source) of the checkout holding `where` (default: this code).
+
+    Dirty means any tracked change or untracked, non-ignored file. Anything unreadable gives
+    ("unknown", True, "unknown").
+    """
+    where = where or source_dir()
+    env_commit = os.environ.get("WS1_SOURCE_COMMIT")
+    if env_commit:
+        commit = env_commit.strip().lower()
+        if not _COMMIT_RE.match(commit):
+            commit = UNKNOWN
+        return commit, os.environ.get("WS1_SOURCE_DIRTY", "1") != "0", "env"
+    if shutil.which("git") is None:
+        return UNKNOWN, True, UNKNOWN
+    head = _run(["git", "rev-parse", "--verify", "HEAD"], where)
+    status = _run(["git", "status", "--porcelain"], where)
+    if head is None or status is None:
+        return UNKNOWN, True, UNKNOWN
+    return head.strip(), bool(status.strip()), "git"
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _nvidia_driver() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], Path.cwd())
+    return out.strip().splitlines()[0] if out and out.strip() else None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or UNKNOWN
+
+
+def _device() -> tuple[str, str, str | None, str | None, str | None]:
+    """(device, device_name, capability, driver, cuda) from torch, without failing when torch is absent."""
+    try:
+        import torch
+    except ImportError:
+        return "cpu", _cpu_name(), None, None, None
+    cuda = torch.version.cuda
+    if torch.cuda.is_available():
+        idx = torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(idx)
+        return "cuda", torch.cuda.get_device_name(idx), f"sm_{major}{minor}", _nvidia_driver(), cuda
+    return "cpu", _cpu_name(), None, _nvidia_driver(), cuda
+
+
+def collect_provenance(argv: Sequence[str] | None = None) -> Provenance:
+    """Collect provenance now. Always call this; never accept provenance from a caller."""
+    commit, dirty, src = git_state()
+    device, name, cap, driver, cuda = _device()
+    return Provenance(
+        git_commit=commit,
+        git_dirty=dirty,
+        git_source=src,
+        source_dir=str(source_dir()),
+        device=device,
+        device_name=name,
+        capability=cap,
+        driver=driver,
+        cuda=cuda,
+        torch=_version("torch"),
+        triton=_version("triton"),
+        python=platform.python_version(),
+        platform=platform.platform(),
+        argv=tuple(sys.argv if argv is None else argv),
+        packages=tuple((p, _version(p)) for p in _PACKAGES),
+    )

@@ -1,0 +1,174 @@
+"""One unit of matrix work, runnable in this process or in a worker: resolve, execute, judge.
+
+A task names (profile, operator, tier, model); its result is one record per judgment, plain JSON so that it
+crosses a process boundary. Everything a task needs is loaded from the manifest and contract by name, so a
+task run alone sees exactly the data it sees inside the full sweep (trap 18).
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import torch
+from ws1_contract import Contract, load_contract
+from ws1_kernels import reference, registry
+from ws1_workload import Manifest, build_fixture, load_manifest
+
+from .adapters import OperatorAdapter, build_adapters
+from .unit import JUDGMENTS, CandidateUnderTest, run_unit
+
+FULL_MODEL = "qwen3-8b"
+
+
+@dataclass(frozen=True)
+class UnitTask:
+    """The coordinates of one unit and where its inputs come from."""
+
+    profile: str
+    operator: str
+    tier: str
+    model: str = FULL_MODEL
+    candidates: str | None = None  # plug-in spec "module:attr"
+    manifest_path: str | None = None
+    contract_path: str | None = None
+
+    @property
+    def tier_label(self) -> str:
+        """Reduced widths are their own tier (trap 8): `primary` at full width, `primary@tiny` otherwise."""
+        return self.tier if self.model == FULL_MODEL else f"{self.tier}@{self.model}"
+
+    @property
+    def case_id(self) -> str:
+        return f"{self.operator}/{self.tier}/{self.model}"
+
+
+@dataclass
+class TaskRecord:
+    """One judgment's outcome, ready for the evidence writer."""
+
+    profile: str
+    operator: str
+    tier: str
+    judgment: str
+    status: str
+    reason_code: str | None
+    diagnostics: dict[str, Any]
+    observed_kernels: list[str]
+    observed_ops: list[str]
+    wall_s: float
+    layouts: list[dict[str, Any]] = field(default_factory=list)
+
+
+@lru_cache(maxsize=4)
+def _manifest(path: str | None) -> Manifest:
+    return load_manifest(path)
+
+
+@lru_cache(maxsize=4)
+def _contract(path: str | None) -> Contract:
+    return load_contract(path)
+
+
+@lru_cache(maxsize=8)
+def _adapters(manifest_path: str | None, model: str) -> dict[str, OperatorAdapter]:
+    return build_adapters(_manifest(manifest_path).model(model))
+
+
+_loaded_plugins: set[str] = set()
+
+
+def _load_plugin(spec: str | None) -> None:
+    if spec and spec not in _loaded_plugins:
+        registry.load_spec(spec)
+        _loaded_plugins.add(spec)
+
+
+def _records(task: UnitTask, status: str, reason: str, diagnostics: dict[str, Any], wall: float = 0.0) -> list[TaskRecord]:
+    return [
+        TaskRecord(task.profile, task.operator, task.tier_label, j, status, reason, dict(diagnostics), [], [], wall)
+        for j in JUDGMENTS
+    ]
+
+
+def device_for(profile_device: str) -> str:
+    return "cuda" if profile_device == "cuda" and torch.cuda.is_available() else "cpu"
+
+
+def execute_task(task: UnitTask) -> list[dict[str, Any]]:
+    """Run one unit; never raises for a candidate's failure: that is a red or error record."""
+    manifest = _manifest(task.manifest_path)
+    contract = _contract(task.contract_path)
+    _load_plugin(task.candidates)
+    op_spec = manifest.operators[task.operator]
+    if op_spec.layout_only:
+        return [asdict(r) for r in _records(task, "na", "layout_only", {"why": "layout helper, no arithmetic"})]
+    profile_spec = manifest.profiles.get(task.profile)
+    device = device_for(profile_spec.device if profile_spec else "cpu")
+    try:
+        cand = registry.resolve(task.profile, task.operator, device=device)
+    except registry.CandidateUnavailable as exc:
+        status = "pending_arch" if getattr(exc, "pending_arch", False) else "red"
+        reason = "arch_unavailable" if status == "pending_arch" else "candidate_unavailable"
+        return [asdict(r) for r in _records(task, status, reason, {"why": str(exc)})]
+    declared = {cand.kernel_id, *getattr(cand, "kernel_ids", ())}
+    if profile_spec is not None and task.operator in profile_spec.nodes:
+        declared.add(profile_spec.nodes[task.operator].kernel_id)
+    under_test = CandidateUnderTest(
+        candidate_id=cand.candidate_id,
+        fn=cand.fn,
+        reference=getattr(reference, task.operator),
+        declared_kernels=frozenset(declared),
+        declared_ops=frozenset(cand.declared_ops),
+        param_grad_rule=cand.param_grad_rule,
+    )
+    adapter = _adapters(task.manifest_path, task.model)[task.operator]
+    fixture = build_fixture(manifest, task.tier)
+    model = manifest.model(task.model)
+    try:
+        result = run_unit(
+            under_test,
+            adapter,
+            fixture,
+            manifest.layouts,
+            contract,
+            op_spec.op_class,
+            case_id=task.case_id,
+            pad_id=model.pad_id,
+            differentiable=op_spec.differentiable,
+        )
+    except Exception as exc:  # a candidate crash is an error cell, and the sweep goes on
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return [asdict(r) for r in _records(task, "error", "exception", {"why": msg, "at": f"{where.filename}:{where.lineno}"})]
+    records = []
+    for j in JUDGMENTS:
+        jr = result.judgments[j]
+        records.append(
+            TaskRecord(
+                task.profile,
+                task.operator,
+                task.tier_label,
+                j,
+                jr.status,
+                jr.reason_code,
+                {**jr.diagnostics, "candidate_id": cand.candidate_id},
+                result.observed_kernels,
+                result.observed_ops,
+                result.wall_s,
+                jr.layouts,
+            )
+        )
+    return [asdict(r) for r in records]
+
+
+def timeout_records(task: UnitTask, limit_s: float) -> list[dict[str, Any]]:
+    """The records of a unit that outlived its time limit: red `timeout`, never a silent gap."""
+    return [asdict(r) for r in _records(task, "red", "timeout", {"limit_s": limit_s}, wall=limit_s)]
+
+
+def crash_records(task: UnitTask, why: str) -> list[dict[str, Any]]:
+    """The records of a unit whose worker died (segfault, out of memory): error, counted as red."""
+    return [asdict(r) for r in _records(task, "error", "exception", {"why": f"worker died: {why}"})]

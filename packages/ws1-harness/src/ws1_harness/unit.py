@@ -1,0 +1,275 @@
+"""Judge one (candidate, operator, tier): run every layout once, render the four judgments.
+
+A unit is the smallest thing the harness executes. Its four verdicts are independent: forward_accuracy
+(canonical output vs the fp32 reference), forward_invariance (every other layout vs canonical, raw bits),
+gradient_accuracy and gradient_invariance (the same for token and parameter gradients, training layouts only).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from ws1_contract import Contract
+from ws1_workload import Fixture, LayoutSpec, build_layout, logical_tensor
+
+from .adapters import OperatorAdapter, make_param
+from .compare import Comparison, bitwise_equal, tolerance_check
+from .layouts_exec import LayoutRun, LogicalInputs, run_layout, run_reference
+from .observe import Observation
+
+Tensor = torch.Tensor
+
+JUDGMENTS = ("forward_accuracy", "forward_invariance", "gradient_accuracy", "gradient_invariance")
+CANONICAL_TYPE = "packed"
+
+
+@dataclass(frozen=True)
+class CandidateUnderTest:
+    """What the harness needs of a registry candidate, plus the kernel ids the profile declares for it."""
+
+    candidate_id: str
+    fn: Callable[..., Tensor]
+    reference: Callable[..., Tensor]
+    declared_kernels: frozenset[str]
+    declared_ops: frozenset[str]
+    param_grad_rule: str | None
+
+
+@dataclass
+class JudgmentResult:
+    """One judgment's verdict with machine-readable reason and diagnostics."""
+
+    judgment: str
+    status: str  # "green" | "red" | "error"
+    reason_code: str | None = None
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    layouts: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class UnitResult:
+    operator: str
+    judgments: dict[str, JudgmentResult]
+    observed_kernels: list[str]
+    observed_ops: list[str]
+    layouts: list[str]
+    wall_s: float
+
+
+def logical_inputs(
+    adapter: OperatorAdapter, fixture: Fixture, case_id: str, pad_id: int, train: bool
+) -> LogicalInputs:
+    """Every logical tensor of the case, each row a pure function of (case_id, tensor name, logical key)."""
+    samples = sorted(fixture.samples, key=lambda s: s.sample_id)
+    keys = [(s.sample_id, p) for s in samples for p in range(s.length)]
+    offsets: dict[int, int] = {}
+    total = 0
+    for s in samples:
+        offsets[s.sample_id] = total
+        total += s.length
+    token_ids = torch.cat([s.token_ids for s in samples]).long()
+    next_ids = torch.cat(
+        [torch.cat([s.token_ids[1:], torch.tensor([pad_id], dtype=s.token_ids.dtype)]) for s in samples]
+    ).long()
+    tokens: dict[str, Tensor] = {}
+    for spec in adapter.token_inputs:
+        if spec.kind == "token_id":
+            tokens[spec.name] = token_ids
+        elif spec.kind == "target":
+            tokens[spec.name] = next_ids
+        else:
+            x = logical_tensor(case_id, f"{adapter.operator}.{spec.name}", keys, spec.row_shape, torch.bfloat16)
+            tokens[spec.name] = (x.float() * spec.scale).to(torch.bfloat16)
+    params = {p.name: make_param(f"{case_id}|{adapter.operator}", p) for p in adapter.params}
+    upstream = None
+    if train:
+        active = torch.cat([s.active for s in samples]).bool()
+        n_active = int(active.sum())
+        if n_active == 0:
+            raise ValueError(f"fixture {fixture.tier}: no active token; the gradient judgments need one")
+        g = logical_tensor(
+            case_id, f"{adapter.operator}.upstream", keys, adapter.output_row_shape, torch.float32
+        ).float()
+        mask = active.reshape(-1, *([1] * len(adapter.output_row_shape))).float()
+        upstream = (g * mask / n_active).to(adapter.output_dtype)
+    return LogicalInputs(tokens, params, upstream, offsets, keys)
+
+
+def _combine(results: Mapping[str, Comparison]) -> tuple[bool, str | None, dict[str, Any]]:
+    """All comparisons must pass; the first failure names the reason."""
+    diagnostics = {name: c.to_json() for name, c in results.items()}
+    for c in results.values():
+        if not c.passed:
+            return False, c.reason_code, diagnostics
+    return True, None, diagnostics
+
+
+def _per_layout(results: Mapping[str, Comparison]) -> list[dict[str, Any]]:
+    """Group invariance comparisons named `<layout>` or `<layout>.<tensor>` into one record per layout."""
+    grouped: dict[str, dict[str, Comparison]] = {}
+    for name, comparison in results.items():
+        grouped.setdefault(name.split(".", 1)[0], {})[name] = comparison
+    out = []
+    for layout, comps in grouped.items():
+        passed, reason, diagnostics = _combine(comps)
+        out.append({"layout": layout, "passed": passed, "reason_code": reason, "diagnostics": diagnostics})
+    return out
+
+
+def _verdict(
+    judgment: str, results: Mapping[str, Comparison], extra: Mapping[str, Any], per_layout: bool = False
+) -> JudgmentResult:
+    if not results:
+        return JudgmentResult(judgment, "red", "not_run", {"why": "no comparison was made", **extra})
+    passed, reason, diagnostics = _combine(results)
+    layouts = _per_layout(results) if per_layout else []
+    if per_layout:
+        diagnostics = {"failed_layouts": [lr["layout"] for lr in layouts if not lr["passed"]]}
+    return JudgmentResult(judgment, "green" if passed else "red", reason, {**diagnostics, **extra}, layouts)
+
+
+def _observation_problem(obs: Observation, cand: CandidateUnderTest) -> tuple[str, dict[str, Any]] | None:
+    """A launch or dispatch the profile did not declare makes the judgments that read it red."""
+    if not obs.kernels:
+        return "no_kernel_observed", {"observed_kernels": []}
+    undeclared_kernels = sorted(k for k in obs.kernels if k not in cand.declared_kernels)
+    if undeclared_kernels:
+        return "undeclared_kernel", {"undeclared_kernels": undeclared_kernels}
+    undeclared_ops = obs.undeclared_ops(cand.declared_ops)
+    if undeclared_ops:
+        return "undeclared_op", {"undeclared_ops": undeclared_ops}
+    return None
+
+
+def run_unit(
+    cand: CandidateUnderTest,
+    adapter: OperatorAdapter,
+    fixture: Fixture,
+    layout_specs: tuple[LayoutSpec, ...],
+    contract: Contract,
+    op_class: str,
+    *,
+    case_id: str,
+    pad_id: int,
+    differentiable: bool = True,
+    dtype: str = "bf16",
+) -> UnitResult:
+    """Execute the candidate once per layout and render the four judgments."""
+    start = time.perf_counter()
+    canonical_specs = [s for s in layout_specs if s.type == CANONICAL_TYPE]
+    if len(canonical_specs) != 1:
+        raise ValueError(f"manifest layouts: expected exactly one '{CANONICAL_TYPE}' layout")
+    train = differentiable and bool(adapter.grad_inputs or adapter.params)
+    inputs = logical_inputs(adapter, fixture, case_id, pad_id, train)
+
+    runs: dict[str, LayoutRun] = {}
+    for spec in layout_specs:
+        layout = build_layout(fixture, spec)
+        runs[spec.name] = run_layout(
+            cand.fn,
+            adapter,
+            fixture,
+            layout,
+            inputs,
+            case_id=case_id,
+            pad_id=pad_id,
+            train=train and spec.kind == "training",
+            param_rule=cand.param_grad_rule,
+        )
+    canon_name = canonical_specs[0].name
+    canon = runs[canon_name]
+    reference = run_reference(
+        cand.reference, adapter, build_layout(fixture, canonical_specs[0]), inputs, train=train
+    )
+    keys = inputs.keys
+
+    fwd_obs, bwd_obs = Observation(), Observation()
+    for run in runs.values():
+        fwd_obs.merge(run.forward_obs)
+        bwd_obs.merge(run.backward_obs)
+    layout_info = {"layouts": {n: {"kind": r.kind, "calls": r.n_calls} for n, r in runs.items()}}
+
+    judgments: dict[str, JudgmentResult] = {}
+    # forward_accuracy: the candidate's canonical output vs the fp32 reference.
+    if canon.output.dtype != adapter.output_dtype:
+        judgments["forward_accuracy"] = JudgmentResult(
+            "forward_accuracy",
+            "red",
+            "dtype_mismatch",
+            {"expected": str(adapter.output_dtype), "found": str(canon.output.dtype)},
+        )
+    else:
+        spec = contract.resolve("forward_accuracy", op_class, dtype)
+        judgments["forward_accuracy"] = _verdict(
+            "forward_accuracy", {"output": tolerance_check(canon.output, reference.output, spec, keys=keys)}, {}
+        )
+    # forward_invariance: every other layout, raw bits, after restore.
+    fwd_inv = {
+        name: bitwise_equal(run.output, canon.output, keys=keys) for name, run in runs.items() if name != canon_name
+    }
+    judgments["forward_invariance"] = _verdict("forward_invariance", fwd_inv, layout_info, per_layout=True)
+
+    problem = _observation_problem(fwd_obs, cand)
+    if problem is not None:
+        for j in ("forward_accuracy", "forward_invariance"):
+            judgments[j] = JudgmentResult(j, "red", problem[0], {**problem[1], "observed_ops": sorted(fwd_obs.ops)})
+
+    if not train:
+        for j in ("gradient_accuracy", "gradient_invariance"):
+            judgments[j] = JudgmentResult(j, "na", "not_differentiable", {"why": "the manifest marks it non-differentiable"})
+    else:
+        _judge_gradients(judgments, runs, canon_name, reference, contract, op_class, dtype, keys)
+        problem = _observation_problem(bwd_obs, cand)
+        if problem is not None and all(r.backward_error is None for r in runs.values()):
+            for j in ("gradient_accuracy", "gradient_invariance"):
+                judgments[j] = JudgmentResult(
+                    j, "red", problem[0], {**problem[1], "observed_ops": sorted(bwd_obs.ops)}
+                )
+
+    return UnitResult(
+        operator=adapter.operator,
+        judgments=judgments,
+        observed_kernels=sorted(fwd_obs.kernels | bwd_obs.kernels),
+        observed_ops=sorted(fwd_obs.ops | bwd_obs.ops),
+        layouts=list(runs),
+        wall_s=time.perf_counter() - start,
+    )
+
+
+def _judge_gradients(
+    judgments: dict[str, JudgmentResult],
+    runs: Mapping[str, LayoutRun],
+    canon_name: str,
+    reference: LayoutRun,
+    contract: Contract,
+    op_class: str,
+    dtype: str,
+    keys: list[tuple[int, int]],
+) -> None:
+    """gradient_accuracy on the canonical layout; gradient_invariance over the training layouts."""
+    broken = {n: r.backward_error for n, r in runs.items() if r.kind == "training" and r.backward_error}
+    if broken:
+        for j in ("gradient_accuracy", "gradient_invariance"):
+            judgments[j] = JudgmentResult(j, "red", "missing_backward", {"layouts": broken})
+        return
+    canon = runs[canon_name]
+    spec = contract.resolve("gradient_accuracy", op_class, dtype)
+    acc: dict[str, Comparison] = {}
+    for name, grad in canon.token_grads.items():
+        acc[f"d_{name}"] = tolerance_check(grad, reference.token_grads[name], spec, keys=keys)
+    for name, grad in canon.param_grads.items():
+        acc[f"d_{name}"] = tolerance_check(grad, reference.param_grads[name], spec)
+    judgments["gradient_accuracy"] = _verdict("gradient_accuracy", acc, {})
+    inv: dict[str, Comparison] = {}
+    for lname, run in runs.items():
+        if lname == canon_name or run.kind != "training":
+            continue
+        for name, grad in run.token_grads.items():
+            inv[f"{lname}.d_{name}"] = bitwise_equal(grad, canon.token_grads[name], keys=keys)
+        for name, grad in run.param_grads.items():
+            inv[f"{lname}.d_{name}"] = bitwise_equal(grad, canon.param_grads[name])
+    judgments["gradient_invariance"] = _verdict("gradient_invariance", inv, {}, per_layout=True)

@@ -1,0 +1,28 @@
+"""The portable_cpu profile: pure-torch, batch-invariant candidates (see docs/kernels.md)."""
+
+from ._blocks import KEY_BLOCK, QUERY_BLOCK, ROW_BLOCK, VOCAB_BLOCK, WGRAD_BLOCK
+from .attention import attention
+from .embedding import embedding
+from .linear import det_gemm, lm_head
+from .logprob import linear_logp, logp
+from .norm import qk_norm, rms_norm
+from .pointwise import rope, silu, swiglu
+
+__all__ = [
+    "KEY_BLOCK",
+    "QUERY_BLOCK",
+    "ROW_BLOCK",
+    "VOCAB_BLOCK",
+    "WGRAD_BLOCK",
+    "attention",
+    "det_gemm",
+    "embedding",
+    "linear_logp",
+    "lm_head",
+    "logp",
+    "qk_norm",
+    "rms_norm",
+    "rope",
+    "silu",
+    "swiglu",
+]

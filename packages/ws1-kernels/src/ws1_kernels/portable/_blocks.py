@@ -1,0 +1,116 @@
+"""Fixed-shape building blocks of the portable_cpu profile.
+
+Why fixed shapes: a CPU BLAS (MKL here) picks its code path and reduction order from the call's shape, so a row
+alone (M=1, a GEMV) and the same row inside a batch (a GEMM) get different bits.  Every ``torch.mm`` here has
+``ROW_BLOCK`` rows (zero-filled at the end), so each output row sees the same call whatever T is; measured
+on this machine: a row's bits inside a fixed-shape ``mm``/``bmm`` do not depend on its index in the block or on
+the other rows (tests/ws1_kernels/test_invariance.py checks it on every run).
+
+Reductions over a row never go through torch's reduction kernels (their split depends on the number of
+outputs): ``tree_sum`` adds halves elementwise, and each elementwise add is correctly rounded whatever the
+vectorisation, so a row's sum depends only on its own values and the reduced length.
+
+Block sizes (measured with torch 2.13 CPU, MKL, 2 cores, fp32 [RB,4096]x[4096,4096] per 64 rows:
+RB=8 103 ms, 16 63 ms, 32 41 ms, 64 31 ms; lm_head 4096x151936 per 64 rows: RB=16 3.2 s, 32 2.2 s, 64 1.3 s).
+Zero-filling wastes up to RB-1 rows per call, and the decode layout calls with one token per sample, so 32 is
+the best total over the manifest's primary-tier layouts (47 row blocks at RB=16, 33 at RB=32).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from ..context import Segment
+
+ROW_BLOCK = 32  # rows per GEMM call (forward and dx)
+WGRAD_BLOCK = 16  # tokens per weight-gradient block, aligned to each sample's position 0
+KEY_BLOCK = 64  # attention keys per block, aligned to logical key position 0
+QUERY_BLOCK = 32  # attention queries per block, aligned to logical position 0
+VOCAB_BLOCK = 8192  # vocab columns per block (lm_head weight chunk, logp/linear_logp online logsumexp)
+WGRAD_COL_BLOCK = 512  # weight-gradient rows updated together (keeps the main_grad chunk in cache)
+
+
+def pad_rows(x: torch.Tensor, block: int = ROW_BLOCK) -> torch.Tensor:
+    """A fresh contiguous fp32 copy of ``x`` with rows zero-filled up to a multiple of ``block``."""
+    t = x.shape[0]
+    tp = -(-t // block) * block
+    out = torch.zeros((tp, *x.shape[1:]), dtype=torch.float32, device=x.device)
+    out[:t] = x
+    return out
+
+
+def row_blocks(rows: int, block: int = ROW_BLOCK) -> Iterator[int]:
+    """Start row of every block of a zero-filled buffer of ``rows`` rows."""
+    return iter(range(0, rows, block))
+
+
+def blocked_mm(a_pad: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``a_pad @ b`` with one fixed-shape ``mm`` per ROW_BLOCK rows (``a_pad`` from ``pad_rows``)."""
+    if out is None:
+        out = torch.empty((a_pad.shape[0], b.shape[1]), dtype=torch.float32, device=a_pad.device)
+    for i in row_blocks(a_pad.shape[0]):
+        torch.mm(a_pad[i : i + ROW_BLOCK], b, out=out[i : i + ROW_BLOCK])
+    return out
+
+
+def tree_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sum over ``dim`` by pairwise elementwise adds on a zero-filled power-of-two length (order fixed by length)."""
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    p = 1 << max(0, (n - 1).bit_length())
+    if p != n:
+        shape = list(x.shape)
+        shape[dim] = p - n
+        x = torch.cat([x, x.new_zeros(shape)], dim=dim)
+    while p > 1:
+        p //= 2
+        x = x.narrow(dim, 0, p) + x.narrow(dim, p, p)
+    return x.squeeze(dim)
+
+
+def wgrad_index(segments: tuple[Segment, ...], zero_row: int, block: int = WGRAD_BLOCK) -> torch.Tensor:
+    """Row index [nblocks, block] of the parameter-gradient blocks of a call.
+
+    Samples in ascending id, each sample's rows in blocks of ``block`` positions aligned to position 0
+    (``pos // block``), missing slots point at ``zero_row`` (a zero row the caller appends); pads are skipped.
+    """
+    rows: list[list[int]] = []
+    for seg in sorted(segments, key=lambda s: s.sample_id):
+        first = seg.first_position
+        last = first + seg.length - 1
+        for b in range(first // block, last // block + 1):
+            slot = [zero_row] * block
+            for p in range(max(first, b * block), min(last, (b + 1) * block - 1) + 1):
+                slot[p - b * block] = seg.start + (p - first)
+            rows.append(slot)
+    if not rows:
+        return torch.empty((0, block), dtype=torch.int64)
+    return torch.tensor(rows, dtype=torch.int64)
+
+
+def gather_blocks(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """fp32 ``[nblocks, block, *row]`` gathered through ``wgrad_index`` (the zero row appended here)."""
+    xf = torch.cat([x.float(), x.new_zeros((1, *x.shape[1:]), dtype=torch.float32)], dim=0)
+    return xf[index.to(x.device)]
+
+
+def main_grad_of(weight: torch.Tensor) -> torch.Tensor:
+    """The fp32 ``weight.main_grad`` accumulator (created as zeros the first time, as Megatron does)."""
+    mg = getattr(weight, "main_grad", None)
+    if mg is None:
+        mg = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        weight.main_grad = mg
+    return mg
+
+
+def check_main_grad(where: str, weight: torch.Tensor) -> None:
+    """A ``main_grad`` set by the caller must be fp32 of the weight's shape (checked in the forward, cheap)."""
+    from ..errors import KernelInputError
+
+    mg = getattr(weight, "main_grad", None)
+    if mg is not None and (
+        not isinstance(mg, torch.Tensor) or mg.dtype != torch.float32 or mg.shape != weight.shape
+    ):
+        raise KernelInputError(f"{where}: weight.main_grad must be fp32 of shape {tuple(weight.shape)}")

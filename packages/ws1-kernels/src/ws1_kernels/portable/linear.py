@@ -1,0 +1,113 @@
+"""det_gemm and lm_head: ``x[T,K] @ weight[N,K]^T`` with fixed-shape row blocks (portable_cpu).
+
+Forward and dx: each output row comes from ``ROW_BLOCK``-row ``mm`` calls (fp32, zero-filled), so its bits do
+not depend on T or on the other rows.  The weight is converted to fp32 one ``VOCAB_BLOCK``-row chunk at a time
+(a full fp32 lm_head weight would be 2.5 GB).  dW follows ``sample_blocks_main_grad``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _validate as v
+from ..context import LayoutContext
+from ..launches import record
+from ._blocks import (
+    ROW_BLOCK,
+    VOCAB_BLOCK,
+    WGRAD_COL_BLOCK,
+    blocked_mm,
+    check_main_grad,
+    gather_blocks,
+    main_grad_of,
+    pad_rows,
+    wgrad_index,
+)
+
+
+def linear_forward_fp32_chunks(x_pad: torch.Tensor, weight: torch.Tensor):
+    """Yield ``(c0, c1, w_chunk_fp32, logits_chunk_fp32[Tp, c1-c0])`` over the weight rows in fixed chunks."""
+    n = weight.shape[0]
+    for c0 in range(0, n, VOCAB_BLOCK):
+        c1 = min(n, c0 + VOCAB_BLOCK)
+        wc = weight[c0:c1].float()
+        yield c0, c1, wc, blocked_mm(x_pad, wc.t())
+
+
+def dx_accumulate(acc: torch.Tensor, dy_chunk_pad: torch.Tensor, w_chunk: torch.Tensor) -> None:
+    """``acc += dy_chunk @ w_chunk`` with one fixed-shape ``mm`` per row block (chunks added in order)."""
+    for i in range(0, acc.shape[0], ROW_BLOCK):
+        acc[i : i + ROW_BLOCK] += torch.mm(dy_chunk_pad[i : i + ROW_BLOCK], w_chunk)
+
+
+def wgrad_accumulate(mg: torch.Tensor, dy_blocks: torch.Tensor, x_blocks: torch.Tensor, c0: int) -> None:
+    """``main_grad[c0:c0+n] += dy_b^T @ x_b`` for every block b in order (rule sample_blocks_main_grad).
+
+    ``dy_blocks[nb, WB, n]`` and ``x_blocks[nb, WB, K]`` come from ``gather_blocks``; the weight rows are walked
+    in chunks of ``WGRAD_COL_BLOCK`` so the accumulator chunk stays in cache across blocks.  Chunking the rows
+    of main_grad does not change any element's order of additions (block 0, 1, ... of sample order).
+    """
+    n = dy_blocks.shape[2]
+    for r0 in range(0, n, WGRAD_COL_BLOCK):
+        r1 = min(n, r0 + WGRAD_COL_BLOCK)
+        dst = mg[c0 + r0 : c0 + r1]
+        for b in range(dy_blocks.shape[0]):
+            dst += torch.mm(dy_blocks[b, :, r0:r1].t(), x_blocks[b])
+
+
+class _Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, lctx, kernel_id):  # type: ignore[override]
+        record(kernel_id, "fwd")
+        t = x.shape[0]
+        out = torch.empty((t, weight.shape[0]), dtype=torch.bfloat16, device=x.device)
+        for c0, c1, _wc, logits in linear_forward_fp32_chunks(pad_rows(x), weight):
+            out[:, c0:c1] = logits[:t]
+        ctx.save_for_backward(x, weight)
+        ctx.lctx = lctx
+        ctx.kernel_id = kernel_id
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        record(ctx.kernel_id, "bwd")
+        x, weight = ctx.saved_tensors
+        t = x.shape[0]
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        dx = None
+        if need_x:
+            dy_pad = pad_rows(dy)
+            acc = torch.zeros((dy_pad.shape[0], x.shape[1]), dtype=torch.float32, device=x.device)
+            for c0 in range(0, weight.shape[0], VOCAB_BLOCK):
+                c1 = min(weight.shape[0], c0 + VOCAB_BLOCK)
+                dx_accumulate(acc, dy_pad[:, c0:c1], weight[c0:c1].float())
+            dx = acc[:t].to(torch.bfloat16)
+        if need_w:
+            index = wgrad_index(ctx.lctx.segments, zero_row=t)
+            wgrad_accumulate(main_grad_of(weight), gather_blocks(dy, index), gather_blocks(x, index), 0)
+        return dx, None, None, None
+
+
+def _linear(
+    where: str, kernel_id: str, x: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext
+) -> torch.Tensor:
+    v.tensor(where, "x", x, 2)
+    v.tensor(where, "weight", weight, 2)
+    v.dims(where, "weight", weight, (None, x.shape[1]))
+    ctx.check_rows(where, x.shape[0])
+    check_main_grad(where, weight)
+    return _Linear.apply(x, weight, ctx, kernel_id)
+
+
+DET_GEMM_KERNEL = f"ws1.cpu.det_gemm.rowblock{ROW_BLOCK}"
+LM_HEAD_KERNEL = f"ws1.cpu.lm_head.rowblock{ROW_BLOCK}"
+
+
+def det_gemm(x: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:
+    """Linear projection ``[T,K] x [N,K]^T -> [T,N]``, bf16 in and out, fp32 accumulation."""
+    return _linear("portable_cpu.det_gemm", DET_GEMM_KERNEL, x, weight, ctx)
+
+
+def lm_head(x: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:
+    """Logits ``[T,H] x [V,H]^T -> [T,V]``, bf16 in and out, fp32 accumulation."""
+    return _linear("portable_cpu.lm_head", LM_HEAD_KERNEL, x, weight, ctx)

@@ -1,0 +1,140 @@
+"""silu, swiglu and rope (portable_cpu): elementwise fp32 math, one rounding to bf16.
+
+Elementwise torch ops give each element the same bits wherever it sits (measured: ``torch.exp`` at any offset
+of a vector gives the same bits; basic arithmetic is correctly rounded), so no row blocking is needed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import _validate as v
+from ..context import LayoutContext
+from ..launches import record
+
+SILU_KERNEL = "ws1.cpu.silu.pointwise"
+SWIGLU_KERNEL = "ws1.cpu.swiglu.pointwise"
+ROPE_KERNEL = "ws1.cpu.rope.rotate_half"
+
+
+def _sigmoid(x: torch.Tensor) -> torch.Tensor:
+    return 1.0 / (1.0 + torch.exp(-x))
+
+
+class _Silu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        record(SILU_KERNEL, "fwd")
+        ctx.save_for_backward(x)
+        xf = x.float()
+        return (xf * _sigmoid(xf)).to(torch.bfloat16)
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        record(SILU_KERNEL, "bwd")
+        (x,) = ctx.saved_tensors
+        xf = x.float()
+        s = _sigmoid(xf)
+        return (dy.float() * (s * (1.0 + xf * (1.0 - s)))).to(torch.bfloat16)
+
+
+class _SwiGLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up):  # type: ignore[override]
+        record(SWIGLU_KERNEL, "fwd")
+        ctx.save_for_backward(gate, up)
+        g = gate.float()
+        return ((g * _sigmoid(g)) * up.float()).to(torch.bfloat16)
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        record(SWIGLU_KERNEL, "bwd")
+        gate, up = ctx.saved_tensors
+        g, dyf = gate.float(), dy.float()
+        s = _sigmoid(g)
+        dgate = dup = None
+        if ctx.needs_input_grad[0]:
+            dgate = (dyf * up.float() * (s * (1.0 + g * (1.0 - s)))).to(torch.bfloat16)
+        if ctx.needs_input_grad[1]:
+            dup = (dyf * (g * s)).to(torch.bfloat16)
+        return dgate, dup
+
+
+def rope_tables(positions: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 ``cos, sin`` of shape ``[T, 1, dim]`` (HF layout: the half-table repeated), angles in fp64.
+
+    Pads (position -1) use position 0; their rows are never compared.  Shared with the fp32 reference.
+    """
+    half = dim // 2
+    inv = 1.0 / (theta ** (torch.arange(0, half, dtype=torch.float64, device=positions.device) * 2.0 / dim))
+    ang = positions.clamp(min=0).to(torch.float64)[:, None] * inv[None, :]
+    ang = torch.cat([ang, ang], dim=-1)
+    return torch.cos(ang).float()[:, None, :], torch.sin(ang).float()[:, None, :]
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x*cos + rotate_half(x)*sin`` (fp32), ``rotate_half(x) = cat(-x2, x1)``."""
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rot * sin
+
+
+def rotate_transposed(g: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The transpose of ``rotate``: ``g*cos + rotate_half^T(g*sin)``, ``rotate_half^T(u) = cat(u2, -u1)``."""
+    half = g.shape[-1] // 2
+    u = g * sin
+    return g * cos + torch.cat([u[..., half:], -u[..., :half]], dim=-1)
+
+
+class _Rope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, theta, positions):  # type: ignore[override]
+        record(ROPE_KERNEL, "fwd")
+        cos, sin = rope_tables(positions, x.shape[-1], theta)
+        ctx.save_for_backward(cos, sin)
+        return rotate(x.float(), cos, sin).to(torch.bfloat16)
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        record(ROPE_KERNEL, "bwd")
+        cos, sin = ctx.saved_tensors
+        return rotate_transposed(dy.float(), cos, sin).to(torch.bfloat16), None, None
+
+
+def silu(x: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:
+    """``x * sigmoid(x)``: ``[T,F] -> [T,F]``."""
+    where = "portable_cpu.silu"
+    v.tensor(where, "x", x, 2)
+    ctx.check_rows(where, x.shape[0])
+    return _Silu.apply(x)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:
+    """``silu(gate) * up``: ``[T,F], [T,F] -> [T,F]``."""
+    where = "portable_cpu.swiglu"
+    v.tensor(where, "gate", gate, 2)
+    v.tensor(where, "up", up, 2)
+    v.dims(where, "up", up, tuple(gate.shape))
+    ctx.check_rows(where, gate.shape[0])
+    return _SwiGLU.apply(gate, up)
+
+
+def check_rope(
+    where: str, x: torch.Tensor, theta: float, ctx: LayoutContext, dtype: torch.dtype | None
+) -> float:
+    v.tensor(where, "x", x, 3, dtype)
+    if x.shape[-1] % 2:
+        raise v.KernelInputError(f"{where}: head_dim {x.shape[-1]} must be even")
+    theta = v.positive(where, "theta", theta)
+    if not math.isfinite(theta):
+        raise v.KernelInputError(f"{where}: theta must be finite")
+    ctx.check_rows(where, x.shape[0])
+    return theta
+
+
+def rope(x: torch.Tensor, theta: float, ctx: LayoutContext) -> torch.Tensor:
+    """Rotary embedding (HF rotate_half) at ``ctx.positions``: ``[T,Nh,D] -> [T,Nh,D]``."""
+    theta = check_rope("portable_cpu.rope", x, theta, ctx, torch.bfloat16)
+    return _Rope.apply(x, theta, ctx.positions)

@@ -1,0 +1,40 @@
+"""ws1 C2 canonical workload: manifest, fixtures, physical layouts with restore, fp32 reference chain."""
+
+from __future__ import annotations
+
+from .errors import LayoutError, WorkloadError
+from .fixtures import Fixture, Sample, build_fixture, make_fixture
+from .inputs import logical_tensor
+from .layouts import Layout, PhysicalCall, build_layout
+from .manifest import (
+    CHAIN_NODES,
+    InitSpec,
+    LayoutSpec,
+    Manifest,
+    ModelConfig,
+    NodeSpec,
+    OperatorSpec,
+    ProfileSpec,
+    SampleSpec,
+    WeightPin,
+    load_manifest,
+)
+from .reference import next_token_targets, reference_chain
+from .restore import restore
+from .weights import (
+    CheckpointReport,
+    content_sha256,
+    iter_synthetic_weights,
+    load_checkpoint,
+    synthetic_weights,
+    tensor_shapes,
+    verify_checkpoint,
+)
+
+__all__ = [
+    "CHAIN_NODES", "CheckpointReport", "Fixture", "InitSpec", "Layout", "LayoutError", "LayoutSpec", "Manifest",
+    "ModelConfig", "NodeSpec", "OperatorSpec", "PhysicalCall", "ProfileSpec", "Sample", "SampleSpec",
+    "WeightPin", "WorkloadError", "build_fixture", "build_layout", "content_sha256", "iter_synthetic_weights",
+    "load_checkpoint", "load_manifest", "logical_tensor", "make_fixture", "next_token_targets",
+    "reference_chain", "restore", "synthetic_weights", "tensor_shapes", "verify_checkpoint",
+]

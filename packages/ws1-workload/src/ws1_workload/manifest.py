@@ -1,0 +1,307 @@
+"""Load and check the workload manifest (C2): one YAML file, schema-validated, then checked semantically.
+
+The schema (`contracts/manifest.schema.json`, shipped by ws1_contract) fixes the shape; this module checks
+what a schema cannot: the single revision embedded in the workload id, token ids inside every model's vocab,
+chunked layouts that really split every tier, profiles that name a candidate for every chain node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from ._contract import fingerprint as _fingerprint
+from ._contract import validate_manifest_document
+from .errors import WorkloadError
+
+#: The chain nodes of the Qwen3 dense forward, in chain order. The manifest must declare exactly these.
+CHAIN_NODES: tuple[str, ...] = (
+    "embedding", "rms_norm", "qk_norm", "det_gemm", "rope", "attention", "silu", "swiglu", "lm_head", "logp",
+    "linear_logp", "pack",
+)
+TIERS: tuple[str, ...] = ("short", "primary", "long")
+PACKAGED_MANIFEST = "qwen3-8b-dense.yaml"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Qwen3 dense architecture pin. `scale` says whether this is the full model or a reduced-width tier."""
+
+    name: str
+    num_layers: int
+    hidden: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    rope_theta: float
+    rms_eps: float
+    qk_norm: bool
+    tie_word_embeddings: bool
+    pad_id: int
+    scale: str = "full"
+
+
+@dataclass(frozen=True)
+class InitSpec:
+    """Distribution of synthetic weights: embeddings N(0, embed_std), norms N(norm_mean, norm_std),
+    projections N(0, linear_gain / sqrt(fan_in))."""
+
+    embed_std: float
+    norm_mean: float
+    norm_std: float
+    linear_gain: float
+
+
+@dataclass(frozen=True)
+class WeightPin:
+    """How a model's weights are pinned: synthetic generator seed and init, and the content hashes."""
+
+    model: str
+    dtype: str
+    seed: int
+    init: InitSpec
+    content_sha256: str | None
+    subset_sha256: Mapping[str, str] | None
+    checkpoint_sha256: str | None
+
+
+@dataclass(frozen=True)
+class LayoutSpec:
+    name: str
+    kind: str  # "training" | "inference"
+    type: str  # packed | split | padded | permuted | chunked | decode
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    name: str
+    op_class: str | None
+    differentiable: bool
+    optional: bool
+    layout_only: bool
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    candidate_id: str
+    kernel_id: str
+    arch: str | None
+
+
+@dataclass(frozen=True)
+class ProfileSpec:
+    name: str
+    device: str  # "cpu" | "cuda" | "any"
+    nodes: Mapping[str, NodeSpec]
+    param_grad_rule: str = "sample_blocks_main_grad"
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    length: int
+    prompt_len: int
+
+
+@dataclass(frozen=True, eq=False)
+class Manifest:
+    """A validated manifest. `document` is the parsed YAML the fingerprint was computed over."""
+
+    source: str
+    document: Mapping[str, Any] = field(repr=False)
+    revision: int
+    workload_id: str
+    fingerprint: str
+    description: str
+    pad_id: int
+    token_id_limit: int
+    tiers: tuple[str, ...]
+    tier_samples: Mapping[str, tuple[SampleSpec, ...]] = field(repr=False)
+    layouts: tuple[LayoutSpec, ...] = field(repr=False)
+    operators: Mapping[str, OperatorSpec] = field(repr=False)
+    profiles: Mapping[str, ProfileSpec] = field(repr=False)
+    models: Mapping[str, ModelConfig] = field(repr=False)
+    weight_pins: Mapping[str, WeightPin] = field(repr=False)
+
+    def model(self, name: str) -> ModelConfig:
+        if name not in self.models:
+            raise WorkloadError(f"unknown model {name!r} (known: {', '.join(sorted(self.models))})", self.source)
+        return self.models[name]
+
+    def weights(self, name: str) -> WeightPin:
+        self.model(name)
+        return self.weight_pins[name]
+
+    def layout(self, name: str) -> LayoutSpec:
+        for spec in self.layouts:
+            if spec.name == name:
+                return spec
+        raise WorkloadError(f"unknown layout {name!r}", self.source)
+
+    def samples(self, tier: str) -> tuple[SampleSpec, ...]:
+        if tier not in self.tier_samples:
+            raise WorkloadError(f"unknown tier {tier!r} (known: {', '.join(self.tiers)})", self.source)
+        return self.tier_samples[tier]
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate mapping keys (PyYAML would silently keep the last one)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read_text(path: str | Path | None) -> tuple[str, str]:
+    if path is None:
+        ref = resources.files("ws1_workload").joinpath("data", PACKAGED_MANIFEST)
+        return f"<packaged {PACKAGED_MANIFEST}>", ref.read_text(encoding="utf-8")
+    p = Path(path)
+    try:
+        return str(p), p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"cannot read manifest: {exc.__class__.__name__}: {exc}", str(p)) from None
+
+
+def load_manifest(path: str | Path | None = None) -> Manifest:
+    """Parse, schema-validate and semantically check a manifest (None = the packaged one)."""
+    source, text = _read_text(path)
+    try:
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "yaml"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise WorkloadError(f"{where}: invalid YAML: {problem}", source) from None
+    if not isinstance(doc, dict):
+        raise WorkloadError("manifest must be a mapping at top level", source)
+    validate_manifest_document(doc, source)
+    return _build(doc, source)
+
+
+def _fail(source: str, path: str, message: str) -> WorkloadError:
+    return WorkloadError(f"{path}: {message}", source)
+
+
+def _build(doc: dict[str, Any], source: str) -> Manifest:
+    revision = int(doc["revision"])
+    workload_id = str(doc["workload_id"])
+    embedded = int(workload_id.rsplit(".r", 1)[1])
+    if embedded != revision:
+        raise _fail(source, "$.workload_id",
+                    f"workload id {workload_id!r} embeds revision {embedded}, manifest revision is {revision}")
+
+    fx = doc["fixtures"]
+    pad_id, limit = int(fx["pad_id"]), int(fx["token_id_limit"])
+    models: dict[str, ModelConfig] = {}
+    pins: dict[str, WeightPin] = {}
+    for name, md in doc["models"].items():
+        where = f"$.models.{name}"
+        if md["num_heads"] % md["num_kv_heads"]:
+            raise _fail(source, where, f"num_heads {md['num_heads']} is not a multiple of num_kv_heads "
+                                       f"{md['num_kv_heads']}")
+        if pad_id >= md["vocab"] or limit > md["vocab"]:
+            raise _fail(source, "$.fixtures", f"pad_id {pad_id} / token_id_limit {limit} outside the vocab "
+                                              f"{md['vocab']} of model {name!r}")
+        models[name] = ModelConfig(
+            name=name, num_layers=md["num_layers"], hidden=md["hidden"], num_heads=md["num_heads"],
+            num_kv_heads=md["num_kv_heads"], head_dim=md["head_dim"], intermediate=md["intermediate"],
+            vocab=md["vocab"], rope_theta=float(md["rope_theta"]), rms_eps=float(md["rms_eps"]),
+            qk_norm=bool(md["qk_norm"]), tie_word_embeddings=bool(md["tie_word_embeddings"]), pad_id=pad_id,
+            scale=md["scale"])
+        w, syn = md["weights"], md["weights"]["synthetic"]
+        subset = syn.get("subset_sha256")
+        pins[name] = WeightPin(
+            model=name, dtype=w["dtype"], seed=int(syn["seed"]), init=InitSpec(**{k: float(v) for k, v in
+                                                                                  syn["init"].items()}),
+            content_sha256=syn.get("content_sha256"),
+            subset_sha256=MappingProxyType(dict(subset)) if subset is not None else None,
+            checkpoint_sha256=w["checkpoint_sha256"])
+    if not any(cfg.scale == "full" for cfg in models.values()):
+        raise _fail(source, "$.models", "no model has scale 'full'")
+
+    tier_samples: dict[str, tuple[SampleSpec, ...]] = {}
+    for tier in TIERS:
+        specs = []
+        for i, s in enumerate(fx["tiers"][tier]["samples"]):
+            if s["prompt_len"] >= s["length"]:
+                raise _fail(source, f"$.fixtures.tiers.{tier}.samples[{i}]",
+                            f"prompt_len {s['prompt_len']} leaves no completion token in length {s['length']}")
+            specs.append(SampleSpec(length=int(s["length"]), prompt_len=int(s["prompt_len"])))
+        tier_samples[tier] = tuple(specs)
+
+    layouts = []
+    seen: set[str] = set()
+    for i, ld in enumerate(doc["layouts"]):
+        where = f"$.layouts[{i}]"
+        if ld["name"] in seen:
+            raise _fail(source, where, f"duplicate layout name {ld['name']!r}")
+        seen.add(ld["name"])
+        if ld["type"] == "chunked":
+            size = int(ld["params"]["chunk_size"])
+            for tier, tier_specs in tier_samples.items():
+                longest = max(s.length for s in tier_specs)
+                if math.ceil(longest / size) < 2:
+                    raise _fail(source, where, f"chunk_size {size} gives fewer than 2 chunks on tier {tier!r}")
+                if all(s.length % size == 0 for s in tier_specs):
+                    raise _fail(source, where, f"chunk_size {size} divides every length of tier {tier!r}")
+        layouts.append(LayoutSpec(name=ld["name"], kind=ld["kind"], type=ld["type"],
+                                  params=MappingProxyType(dict(ld["params"]))))
+    if not any(spec.type == "packed" for spec in layouts):
+        raise _fail(source, "$.layouts", "no canonical 'packed' layout")
+
+    ops_doc = doc["operators"]
+    if set(ops_doc) != set(CHAIN_NODES):
+        missing, extra = sorted(set(CHAIN_NODES) - set(ops_doc)), sorted(set(ops_doc) - set(CHAIN_NODES))
+        raise _fail(source, "$.operators", f"chain nodes differ: missing {missing}, unknown {extra}")
+    operators = {name: OperatorSpec(name=name, op_class=od["op_class"], differentiable=od["differentiable"],
+                                    optional=od["optional"], layout_only=od["layout_only"])
+                 for name, od in ops_doc.items()}
+    kernel_nodes = {name for name, op in operators.items() if not op.layout_only}
+
+    profiles: dict[str, ProfileSpec] = {}
+    for pname, pd in doc["profiles"].items():
+        where = f"$.profiles.{pname}"
+        if set(pd["nodes"]) != kernel_nodes:
+            missing = sorted(kernel_nodes - set(pd["nodes"]))
+            extra = sorted(set(pd["nodes"]) - kernel_nodes)
+            raise _fail(source, f"{where}.nodes", f"nodes must be the non-layout-only operators: missing "
+                                                  f"{missing}, unexpected {extra}")
+        nodes = {}
+        for op, nd in pd["nodes"].items():
+            if nd["candidate_id"] != f"{pname}.{op}":
+                raise _fail(source, f"{where}.nodes.{op}", f"candidate_id {nd['candidate_id']!r} must be "
+                                                           f"'{pname}.{op}'")
+            if pd["device"] == "cpu" and nd["arch"] is not None:
+                raise _fail(source, f"{where}.nodes.{op}", f"a cpu profile cannot need arch {nd['arch']!r}")
+            if pd["device"] == "cuda" and nd["arch"] is None:
+                raise _fail(source, f"{where}.nodes.{op}", "a cuda profile must name the arch it needs")
+            nodes[op] = NodeSpec(candidate_id=nd["candidate_id"], kernel_id=nd["kernel_id"], arch=nd["arch"])
+        profiles[pname] = ProfileSpec(name=pname, device=pd["device"], nodes=MappingProxyType(nodes),
+                                      param_grad_rule=pd["param_grad_rule"])
+
+    return Manifest(
+        source=source, document=MappingProxyType(doc), revision=revision, workload_id=workload_id,
+        fingerprint=_fingerprint(doc), description=str(doc["description"]), pad_id=pad_id, token_id_limit=limit,
+        tiers=TIERS, tier_samples=MappingProxyType(tier_samples), layouts=tuple(layouts),
+        operators=MappingProxyType(operators), profiles=MappingProxyType(profiles),
+        models=MappingProxyType(models), weight_pins=MappingProxyType(pins))

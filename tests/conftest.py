@@ -1,0 +1,25 @@
+"""Session-wide test policy.
+
+A GPU session sets WS1_REQUIRE_GPU=1: then a missing GPU turns every `gpu` test into an error instead of a
+skip, so a GPU job can never go green on an empty run. CPU sessions deselect `gpu` with `-m "not gpu"`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse to skip GPU tests in a session that promised a GPU."""
+    if os.environ.get("WS1_REQUIRE_GPU") != "1":
+        return
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if not has_gpu and any(item.get_closest_marker("gpu") for item in items):
+        raise pytest.UsageError("WS1_REQUIRE_GPU=1 but no CUDA GPU is visible: refusing to skip gpu tests")

@@ -1,0 +1,66 @@
+"""Provenance is always collected; a missing git never reads as a clean tree (traps 6 and 22)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from ws1_harness import provenance
+from ws1_harness.provenance import collect_provenance, git_state
+
+
+def test_collects_every_field() -> None:
+    prov = collect_provenance(["ws1", "gate", "x"]).to_json()
+    for key in ("git_commit", "git_dirty", "device", "torch", "triton", "python", "platform", "argv"):
+        assert key in prov
+    assert prov["argv"] == ["ws1", "gate", "x"]
+    assert prov["device"] in ("cpu", "cuda")
+    assert isinstance(prov["git_dirty"], bool)
+    json.dumps(prov, allow_nan=False)
+
+
+def test_no_hostname_recorded() -> None:
+    host = socket.gethostname()
+    text = json.dumps(collect_provenance([]).to_json())
+    if len(host) >= 4:
+        assert host not in text
+
+
+def test_git_missing_is_unknown_and_dirty(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WS1_SOURCE_COMMIT", raising=False)
+    monkeypatch.setattr(provenance.shutil, "which", lambda name: None)
+    assert git_state() == ("unknown", True, "unknown")
+
+
+def test_outside_a_checkout_is_unknown_and_dirty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WS1_SOURCE_COMMIT", raising=False)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    assert git_state(tmp_path) == ("unknown", True, "unknown")
+
+
+def test_clean_and_dirty_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WS1_SOURCE_COMMIT", raising=False)
+    if provenance.shutil.which("git") is None:
+        pytest.skip("git not installed")
+    env = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "a.txt").write_text("a\n")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "a.txt"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), *env, "commit", "-q", "-m", "a"], check=True)
+    commit, dirty, source = git_state(tmp_path)
+    assert len(commit) == 40 and dirty is False and source == "git"
+    (tmp_path / "a.txt").write_text("b\n")
+    assert git_state(tmp_path)[1] is True
+
+
+def test_environment_override_is_labelled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WS1_SOURCE_COMMIT", "a" * 40)
+    monkeypatch.delenv("WS1_SOURCE_DIRTY", raising=False)
+    assert git_state() == ("a" * 40, True, "env")  # dirty unless stated clean
+    monkeypatch.setenv("WS1_SOURCE_DIRTY", "0")
+    assert git_state() == ("a" * 40, False, "env")
+    monkeypatch.setenv("WS1_SOURCE_COMMIT", "not-a-sha")
+    assert git_state()[0] == "unknown"
