@@ -160,7 +160,10 @@ def build_adapters(model: ModelConfig) -> dict[str, OperatorAdapter]:
         ),
         OperatorAdapter(
             "logp",
-            (TokenInput("logits", (v,), scale=4.0), TokenInput("targets", (), kind="target", differentiable=False)),
+            (
+                TokenInput("logits", (v,), scale=4.0),
+                TokenInput("targets", (), kind="target", differentiable=False),
+            ),
             (),
             (),
             torch.float32,

@@ -62,6 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--cell-timeout", type=_positive, default=None, help="seconds per cell before it is red timeout"
     )
+    m.add_argument(
+        "--model",
+        default="qwen3-8b",
+        help="model widths (default qwen3-8b); other widths are labelled as their own tier, e.g. primary@tiny",
+    )
+    m.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run units in this process (no worker, no time limit): for debugging only",
+    )
 
     g = sub.add_parser("merge", help="merge finalised shard files into one evidence file")
     g.add_argument("shards", nargs="+")

@@ -276,17 +276,20 @@ def _read_partial(text: str, source: str, tolerate_torn_tail: bool) -> dict[str,
     records = []
     for n, line in enumerate(lines, start=1):
         rec = _parse_json(line, f"{source}:{n}")
-        if not isinstance(rec, dict) or rec.get("record") not in ("header", "cell"):
-            raise EvidenceError(f"{source}:{n}: not a header or cell record")
+        if not isinstance(rec, dict) or rec.get("record") not in ("header", "cell", "inventory"):
+            raise EvidenceError(f"{source}:{n}: not a header, cell or inventory record")
         records.append(rec)
-    if records[0]["record"] != "header" or any(r["record"] != "cell" for r in records[1:]):
+    if records[0]["record"] != "header" or any(r["record"] == "header" for r in records[1:]):
         raise EvidenceError(f"{source}: a partial file is one header record followed by cell records")
     header = records[0].get("evidence")
     if not isinstance(header, dict):
         raise EvidenceError(f"{source}:1: header record has no evidence object")
-    cells: list[Any] = [r.get("cell") for r in records[1:]]
+    cells: list[Any] = [r.get("cell") for r in records[1:] if r["record"] == "cell"]
     doc = dict(header)
     doc["cells"] = cells
+    for rec in records[1:]:
+        if rec["record"] == "inventory":
+            doc["inventory"] = rec.get("inventory")
     with contextlib.suppress(KeyError, TypeError):  # a malformed cell: the schema check names it
         doc["counts"] = counts_of(cells)
     doc["finalised"] = False
@@ -380,6 +383,7 @@ class EvidenceWriter:
             "provenance": collect_provenance(argv).to_json(),
             **header.to_json(),
             "shards": [],
+            "inventory": [],
         }
         self._cells: list[dict[str, Any]] = []
         self._keys: set[CellKey] = set()
@@ -409,6 +413,13 @@ class EvidenceWriter:
         self._append({"record": "cell", "cell": raw})
         self._keys.add(cell.key)
         self._cells.append(raw)
+
+    def set_inventory(self, items: Sequence[Mapping[str, Any]]) -> None:
+        """Record the C5 inventory (one entry per profile and item); written with the final document."""
+        if self._finalised:
+            raise EvidenceError(f"{self.path}: already finalised")
+        self._doc["inventory"] = [dict(i) for i in items]
+        self._append({"record": "inventory", "inventory": self._doc["inventory"]})
 
     @property
     def cells(self) -> tuple[dict[str, Any], ...]:

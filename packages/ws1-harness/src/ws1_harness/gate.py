@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ws1_harness import cells as _cells
+from ws1_harness import inventory as _inventory
 from ws1_harness.cells import CellError, CellKey, ExpectedCell, cell_key_of
 from ws1_harness.evidence import EvidenceError, read_evidence, validate_evidence
 from ws1_harness.status import NA_REASONS, CellStatus, ReasonCode
@@ -101,6 +102,36 @@ def _judge_cell(raw: Mapping[str, Any], exp: ExpectedCell, allow_pending_arch: b
     return Problem("red", "unknown_status", f"{key}: unknown status {status!r}")  # pragma: no cover
 
 
+def _inventory_problems(doc: Mapping[str, Any]) -> list[Problem]:
+    """C5: every profile on the axes needs every inventory item, each with verdict `pass` (trap 2).
+
+    Items that are chain nodes are re-derived from the cells here, so a stored `pass` cannot outvote a red cell.
+    """
+    problems: list[Problem] = []
+    stored = {(i["profile"], i["item"]): i for i in doc.get("inventory", [])}
+    for profile in doc["axes"]["profiles"]:
+        derived = _inventory.node_verdicts(doc["cells"], profile)
+        for item in _inventory.ITEMS:
+            entry: Mapping[str, Any] | None = stored.get((profile, item))
+            if item in _inventory.NODE_ITEMS:
+                if item not in doc["axes"]["operators"]:
+                    continue  # a run restricted to other operators: the node's own cells are not on the axes
+                entry = derived[item].to_json()
+            if entry is None:
+                problems.append(
+                    Problem("red", "inventory_missing", f"inventory {profile}/{item}: no verdict")
+                )
+            elif entry["verdict"] != "pass":
+                problems.append(
+                    Problem(
+                        "red",
+                        "inventory_open",
+                        f"inventory {profile}/{item}: {entry['verdict']} ({entry['detail']})",
+                    )
+                )
+    return problems
+
+
 def gate(
     evidence: Mapping[str, Any] | str | Path,
     expected_cells: Mapping[CellKey, ExpectedCell] | None = None,
@@ -170,6 +201,8 @@ def gate(
             n_green_required += 1
     if n_green_required == 0:
         problems.append(Problem("red", "no_green", "no executed green required cell"))
+
+    problems += _inventory_problems(doc)
 
     n_red = sum(p.kind == "red" for p in problems)
     n_pending = sum(p.kind == "pending" for p in problems)

@@ -92,6 +92,14 @@ def merge(
             owner[key] = name
             cells.append({**raw, "shard": index})
 
+    inventory: dict[tuple[str, str], dict[str, Any]] = {}
+    for _, doc in named:
+        for item in doc.get("inventory", []):
+            key2 = (item["profile"], item["item"])
+            # Shards may each check the same item; any verdict other than pass wins (never hide a failure).
+            if key2 not in inventory or item["verdict"] != "pass":
+                inventory[key2] = dict(item)
+
     axes = {
         "profiles": _union([d["axes"]["profiles"] for _, d in named]),
         "operators": _union([d["axes"]["operators"] for _, d in named]),
@@ -112,6 +120,7 @@ def merge(
         "axes": axes,
         "counts": counts_of(cells),
         "cells": cells,
+        "inventory": [inventory[k] for k in sorted(inventory)],
         "shards": [
             {
                 "file": Path(name).name,

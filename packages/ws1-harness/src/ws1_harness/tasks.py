@@ -86,9 +86,13 @@ def _load_plugin(spec: str | None) -> None:
         _loaded_plugins.add(spec)
 
 
-def _records(task: UnitTask, status: str, reason: str, diagnostics: dict[str, Any], wall: float = 0.0) -> list[TaskRecord]:
+def _records(
+    task: UnitTask, status: str, reason: str, diagnostics: dict[str, Any], wall: float = 0.0
+) -> list[TaskRecord]:
     return [
-        TaskRecord(task.profile, task.operator, task.tier_label, j, status, reason, dict(diagnostics), [], [], wall)
+        TaskRecord(
+            task.profile, task.operator, task.tier_label, j, status, reason, dict(diagnostics), [], [], wall
+        )
         for j in JUDGMENTS
     ]
 
@@ -104,7 +108,9 @@ def execute_task(task: UnitTask) -> list[dict[str, Any]]:
     _load_plugin(task.candidates)
     op_spec = manifest.operators[task.operator]
     if op_spec.layout_only:
-        return [asdict(r) for r in _records(task, "na", "layout_only", {"why": "layout helper, no arithmetic"})]
+        return [
+            asdict(r) for r in _records(task, "na", "layout_only", {"why": "layout helper, no arithmetic"})
+        ]
     profile_spec = manifest.profiles.get(task.profile)
     device = device_for(profile_spec.device if profile_spec else "cpu")
     try:
@@ -142,7 +148,12 @@ def execute_task(task: UnitTask) -> list[dict[str, Any]]:
     except Exception as exc:  # a candidate crash is an error cell, and the sweep goes on
         where = traceback.extract_tb(exc.__traceback__)[-1]
         msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        return [asdict(r) for r in _records(task, "error", "exception", {"why": msg, "at": f"{where.filename}:{where.lineno}"})]
+        return [
+            asdict(r)
+            for r in _records(
+                task, "error", "exception", {"why": msg, "at": f"{where.filename}:{where.lineno}"}
+            )
+        ]
     records = []
     for j in JUDGMENTS:
         jr = result.judgments[j]

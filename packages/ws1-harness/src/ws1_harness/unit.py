@@ -82,7 +82,9 @@ def logical_inputs(
         elif spec.kind == "target":
             tokens[spec.name] = next_ids
         else:
-            x = logical_tensor(case_id, f"{adapter.operator}.{spec.name}", keys, spec.row_shape, torch.bfloat16)
+            x = logical_tensor(
+                case_id, f"{adapter.operator}.{spec.name}", keys, spec.row_shape, torch.bfloat16
+            )
             tokens[spec.name] = (x.float() * spec.scale).to(torch.bfloat16)
     params = {p.name: make_param(f"{case_id}|{adapter.operator}", p) for p in adapter.params}
     upstream = None
@@ -205,22 +207,30 @@ def run_unit(
     else:
         spec = contract.resolve("forward_accuracy", op_class, dtype)
         judgments["forward_accuracy"] = _verdict(
-            "forward_accuracy", {"output": tolerance_check(canon.output, reference.output, spec, keys=keys)}, {}
+            "forward_accuracy",
+            {"output": tolerance_check(canon.output, reference.output, spec, keys=keys)},
+            {},
         )
     # forward_invariance: every other layout, raw bits, after restore.
     fwd_inv = {
-        name: bitwise_equal(run.output, canon.output, keys=keys) for name, run in runs.items() if name != canon_name
+        name: bitwise_equal(run.output, canon.output, keys=keys)
+        for name, run in runs.items()
+        if name != canon_name
     }
     judgments["forward_invariance"] = _verdict("forward_invariance", fwd_inv, layout_info, per_layout=True)
 
     problem = _observation_problem(fwd_obs, cand)
     if problem is not None:
         for j in ("forward_accuracy", "forward_invariance"):
-            judgments[j] = JudgmentResult(j, "red", problem[0], {**problem[1], "observed_ops": sorted(fwd_obs.ops)})
+            judgments[j] = JudgmentResult(
+                j, "red", problem[0], {**problem[1], "observed_ops": sorted(fwd_obs.ops)}
+            )
 
     if not train:
         for j in ("gradient_accuracy", "gradient_invariance"):
-            judgments[j] = JudgmentResult(j, "na", "not_differentiable", {"why": "the manifest marks it non-differentiable"})
+            judgments[j] = JudgmentResult(
+                j, "na", "not_differentiable", {"why": "the manifest marks it non-differentiable"}
+            )
     else:
         _judge_gradients(judgments, runs, canon_name, reference, contract, op_class, dtype, keys)
         problem = _observation_problem(bwd_obs, cand)

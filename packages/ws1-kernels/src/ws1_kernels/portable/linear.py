@@ -37,22 +37,26 @@ def linear_forward_fp32_chunks(x_pad: torch.Tensor, weight: torch.Tensor):
 def dx_accumulate(acc: torch.Tensor, dy_chunk_pad: torch.Tensor, w_chunk: torch.Tensor) -> None:
     """``acc += dy_chunk @ w_chunk`` with one fixed-shape ``mm`` per row block (chunks added in order)."""
     for i in range(0, acc.shape[0], ROW_BLOCK):
-        acc[i : i + ROW_BLOCK] += torch.mm(dy_chunk_pad[i : i + ROW_BLOCK], w_chunk)
+        acc[i : i + ROW_BLOCK].addmm_(dy_chunk_pad[i : i + ROW_BLOCK], w_chunk)
 
 
 def wgrad_accumulate(mg: torch.Tensor, dy_blocks: torch.Tensor, x_blocks: torch.Tensor, c0: int) -> None:
     """``main_grad[c0:c0+n] += dy_b^T @ x_b`` for every block b in order (rule sample_blocks_main_grad).
 
-    ``dy_blocks[nb, WB, n]`` and ``x_blocks[nb, WB, K]`` come from ``gather_blocks``; the weight rows are walked
+    ``dy_blocks[nb, WB, n]`` and ``x_blocks[nb, WB, K]`` come from ``gather_blocks``; dy is transposed into a
+    contiguous ``[nb, n, WB]`` first (a strided A operand made MKL 6x slower here); the weight rows are walked
     in chunks of ``WGRAD_COL_BLOCK`` so the accumulator chunk stays in cache across blocks.  Chunking the rows
-    of main_grad does not change any element's order of additions (block 0, 1, ... of sample order).
+    of main_grad does not change any element's order of additions (block 0, 1, ... of sample order).  Each
+    block is one fixed-shape ``addmm_`` (C <- C + A.B with beta = alpha = 1): measured 10x faster than ``mm``
+    into a buffer plus ``add_`` (lm_head 4096x151936, one 16-token block: 0.19 s against 2.2 s).
     """
     n = dy_blocks.shape[2]
+    dyt = dy_blocks.transpose(1, 2).contiguous()
     for r0 in range(0, n, WGRAD_COL_BLOCK):
         r1 = min(n, r0 + WGRAD_COL_BLOCK)
         dst = mg[c0 + r0 : c0 + r1]
         for b in range(dy_blocks.shape[0]):
-            dst += torch.mm(dy_blocks[b, :, r0:r1].t(), x_blocks[b])
+            dst.addmm_(dyt[b, r0:r1], x_blocks[b])
 
 
 class _Linear(torch.autograd.Function):

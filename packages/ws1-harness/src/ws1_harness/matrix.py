@@ -1,0 +1,197 @@
+"""`ws1 matrix`: run the C8 matrix (profile x operator x tier x judgment) for one profile into evidence.
+
+Inputs are validated up front (unknown profile, operator or tier: exit 2, one line) so no work is wasted on a
+typo (trap 17). Units run one by one in a worker process with a time limit each (trap 20); every cell is
+written to the evidence as soon as it is known, then the file is finalised and a summary table is printed
+last. Exit status: 0 when every cell of this run is green or an expected `na`, 1 when any is not; the verdict
+on a complete cell set is `ws1 gate`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ws1_contract import load_contract
+from ws1_kernels import registry
+from ws1_workload import load_manifest
+
+from .cells import Cell, CellKey, LayoutResult, expected_cells
+from .evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef
+from .inventory_checks import inventory
+from .tasks import FULL_MODEL, UnitTask, execute_task
+from .unit import JUDGMENTS
+from .worker import WorkerPool
+
+DEFAULT_CELL_TIMEOUT_S = 900.0
+CPU_DEFAULT_TIERS = ("short", "primary")
+
+
+class MatrixInputError(ValueError):
+    """Bad matrix arguments: reported as one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: str
+    operators: tuple[str, ...]
+    tiers: tuple[str, ...]
+    tasks: tuple[UnitTask, ...]
+    shard: tuple[int, int] | None
+
+
+def _fail(msg: str) -> MatrixInputError:
+    return MatrixInputError(f"ws1 matrix: {msg}")
+
+
+def plan(args: argparse.Namespace) -> Plan:
+    """Validate the arguments against the manifest and registry; derive the units of this (shard of the) run."""
+    manifest = load_manifest(None)
+    if args.candidates:
+        try:
+            registry.load_spec(args.candidates)
+        except Exception as exc:
+            raise _fail(f"--candidates {args.candidates}: {str(exc).splitlines()[0]}") from None
+    known_profiles = set(registry.profiles()) | set(manifest.profiles)
+    if args.profile not in known_profiles:
+        raise _fail(f"unknown profile {args.profile!r} (known: {', '.join(sorted(known_profiles))})")
+    operators = tuple(args.op or manifest.operators)
+    unknown_ops = [op for op in operators if op not in manifest.operators]
+    if unknown_ops:
+        raise _fail(f"unknown operator {unknown_ops[0]!r} (known: {', '.join(manifest.operators)})")
+    tiers = tuple(args.tier or CPU_DEFAULT_TIERS)
+    unknown_tiers = [t for t in tiers if t not in manifest.tiers]
+    if unknown_tiers:
+        raise _fail(f"unknown tier {unknown_tiers[0]!r} (known: {', '.join(manifest.tiers)})")
+    try:
+        manifest.model(args.model)
+    except Exception:
+        raise _fail(f"unknown model {args.model!r}") from None
+    for dup_axis, values in (("--op", operators), ("--tier", tiers)):
+        if len(set(values)) != len(values):
+            raise _fail(f"{dup_axis} given twice for the same value")
+    tasks = [
+        UnitTask(args.profile, op, tier, model=args.model, candidates=args.candidates)
+        for op in operators
+        for tier in tiers
+    ]
+    if args.shard is not None:
+        index, count = args.shard
+        tasks = tasks[index::count]
+    return Plan(args.profile, operators, tiers, tuple(tasks), args.shard)
+
+
+def _cell(record: dict[str, Any], required: bool) -> Cell:
+    layouts = tuple(
+        LayoutResult(lr["layout"], lr["passed"], lr.get("reason_code"), lr.get("diagnostics", {}))
+        for lr in record.get("layouts", [])
+    )
+    return Cell(
+        key=CellKey(record["profile"], record["operator"], record["tier"], record["judgment"]),
+        status=record["status"],
+        reason_code=record["reason_code"],
+        required=required,
+        diagnostics=record["diagnostics"],
+        observed_kernels=tuple(record["observed_kernels"]),
+        observed_ops=tuple(record["observed_ops"]),
+        wall_s=record["wall_s"],
+        layouts=layouts,
+    )
+
+
+def _progress(done: int, total: int, task: UnitTask, records: list[dict[str, Any]], wall: float) -> None:
+    width = 24
+    filled = int(width * done / max(total, 1))
+    states = " ".join(f"{r['judgment'].replace('_', '')[:7]}={r['status']}" for r in records)
+    bar = "#" * filled + "." * (width - filled)
+    print(
+        f"[{bar}] {done}/{total} {task.operator}/{task.tier_label} {wall:6.1f}s  {states}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _summary(cells: list[dict[str, Any]]) -> str:
+    """A table, one row per (operator, tier), one column per judgment, printed last."""
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for c in cells:
+        status = c["status"] if c["status"] == "green" else f"{c['status']}:{c['reason_code']}"
+        rows.setdefault((c["operator"], c["tier"]), {})[c["judgment"]] = status
+    head = f"{'operator':<12} {'tier':<16} " + " ".join(f"{j:<28}" for j in JUDGMENTS)
+    lines = [head, "-" * len(head)]
+    for (op, tier), by_j in rows.items():
+        lines.append(f"{op:<12} {tier:<16} " + " ".join(f"{by_j.get(j, '-'):<28}" for j in JUDGMENTS))
+    counts = Counter(c["status"] for c in cells)
+    lines.append(
+        "cells: "
+        + " ".join(f"{k}={counts.get(k, 0)}" for k in ("green", "red", "na", "pending_arch", "error"))
+    )
+    return "\n".join(lines)
+
+
+def evidence_path(out: Path, profile: str, shard: tuple[int, int] | None) -> Path:
+    name = profile if shard is None else f"{profile}.shard-{shard[0]}-of-{shard[1]}"
+    return out / f"{name}.json"
+
+
+def run_matrix(args: argparse.Namespace) -> int:
+    """The `ws1 matrix` command."""
+    try:
+        p = plan(args)
+    except MatrixInputError:
+        raise
+    manifest = load_manifest(None)
+    contract = load_contract(None)
+    tier_labels = tuple(t if args.model == FULL_MODEL else f"{t}@{args.model}" for t in p.tiers)
+    axes = Axes.build([p.profile], p.operators, tier_labels, JUDGMENTS, manifest.operators)
+    header = EvidenceHeader(
+        workload=WorkloadRef(manifest.workload_id, manifest.fingerprint, manifest.revision),
+        contract_fingerprint=contract.fingerprint,
+        command="ws1 " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        axes=axes,
+        shard=None if p.shard is None else f"{p.shard[0]}/{p.shard[1]}",
+    )
+    expected = expected_cells([p.profile], p.operators, tier_labels, JUDGMENTS, manifest.operators)
+    out = Path(args.out)
+    path = evidence_path(out, p.profile, p.shard)
+    limit = args.cell_timeout or DEFAULT_CELL_TIMEOUT_S
+    writer = EvidenceWriter(path, header)
+    pool = None if args.in_process else WorkerPool()
+    written: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    print(
+        f"ws1 matrix: {p.profile}: {len(p.tasks)} units x {len(JUDGMENTS)} judgments -> {path}",
+        file=sys.stderr,
+    )
+    try:
+        for n, task in enumerate(p.tasks, start=1):
+            t0 = time.perf_counter()
+            records = execute_task(task) if pool is None else pool.run(task, limit)
+            for record in records:
+                key = CellKey(record["profile"], record["operator"], record["tier"], record["judgment"])
+                cell = _cell(record, expected[key].required)
+                writer.write_cell(cell)
+                written.append(cell.to_json())
+            _progress(n, len(p.tasks), task, records, time.perf_counter() - t0)
+        # A model entry without an explicit `bias: false` fails the bias policy item (missing is not "no").
+        biases = [bool(m.get("bias", True)) for m in manifest.document["models"].values()]
+        items = inventory(written, p.profile, biases)
+        writer.set_inventory([{"profile": p.profile, **item.to_json()} for item in items])
+        final = writer.finalise()
+    finally:
+        writer.close()
+        if pool is not None:
+            pool.close()
+    print(_summary(written))
+    inv_open = [f"{i.item}={i.verdict}" for i in items if i.verdict != "pass" and i.source == "direct"]
+    if inv_open:
+        print("inventory open: " + ", ".join(inv_open))
+    print(f"ws1 matrix: {final} ({time.perf_counter() - started:.1f}s)")
+    bad = [c for c in written if c["status"] not in ("green", "na")]
+    return 1 if bad or inv_open else 0

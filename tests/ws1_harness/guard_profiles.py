@@ -1,0 +1,141 @@
+"""Deliberately broken candidates: the harness must turn each one red, and only where it is broken.
+
+Each wrapper takes a portable_cpu candidate and breaks one property the way real kernels break it:
+- `mix_rows`: every output row depends on the first row of the call (a row-mixing reduction).
+- `split_k_small_batch`: small calls reduce K in two halves (split-K for small M), big calls in one pass.
+- `stock_fallback`: quietly computes with a stock op it did not declare, returns the portable result.
+- `nan_one`, `neg_zero_when_alone`, `ulp_when_padded`: one NaN, a flipped zero sign, one ulp under one layout.
+- `no_backward`: the forward runs under no_grad, so there is no backward.
+- `hang`: never returns.
+The module doubles as a plug-in (`guard_profiles:BROKEN_DET_GEMM`) for the end-to-end matrix test.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+from ws1_kernels import LayoutContext, launches, registry
+from ws1_kernels.registry import Candidate
+
+Tensor = torch.Tensor
+
+
+def portable(op: str) -> Candidate:
+    return registry.resolve("portable_cpu", op, device="cpu")
+
+
+def mix_rows(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    def wrapped(*args: object) -> Tensor:
+        out = fn(*args)
+        return out + out[:1] * 0.0625
+
+    return wrapped
+
+
+def split_k_small_batch(x: Tensor, weight: Tensor, ctx: LayoutContext) -> Tensor:
+    """A GEMM that changes its reduction order with the batch size, like split-K heuristics do."""
+    launches.record("guard.split_k", "fwd")
+    if x.shape[0] > 32:
+        return (x.float() @ weight.float().t()).to(torch.bfloat16)
+    half = x.shape[1] // 2
+    lo = x[:, :half].float() @ weight[:, :half].float().t()
+    hi = x[:, half:].float() @ weight[:, half:].float().t()
+    return (lo + hi).to(torch.bfloat16)
+
+
+def stock_fallback(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    def wrapped(x: Tensor, weight: Tensor, ctx: LayoutContext) -> Tensor:
+        torch.addmm(torch.zeros(1), x[:1].float(), weight.float().t())  # the undeclared stock op
+        return fn(x, weight, ctx)
+
+    return wrapped
+
+
+def nan_one(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    def wrapped(*args: object) -> Tensor:
+        out = fn(*args)
+        poison = torch.zeros_like(out)
+        poison.view(-1)[0] = float("nan")
+        return out + poison
+
+    return wrapped
+
+
+def neg_zero_when_alone(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """Element 0 of every row is zero: +0 in batched calls, -0 when the call holds one sample."""
+
+    def wrapped(*args: object) -> Tensor:
+        ctx = args[-1]
+        assert isinstance(ctx, LayoutContext)
+        out = fn(*args)
+        alone = len({s for s in ctx.sample_ids.tolist() if s >= 0}) == 1
+        mask = torch.zeros_like(out, dtype=torch.bool)
+        mask[..., 0] = True
+        return out.masked_fill(mask, -0.0 if alone else 0.0)
+
+    return wrapped
+
+
+def ulp_when_padded(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """One ulp added to the first real row's first element, only in calls that contain pad rows."""
+
+    def wrapped(*args: object) -> Tensor:
+        ctx = args[-1]
+        assert isinstance(ctx, LayoutContext)
+        out = fn(*args)
+        if bool((ctx.sample_ids < 0).any()):
+            row = int((ctx.sample_ids >= 0).nonzero()[0])
+            bumped = out.detach().clone()
+            flat = bumped[row].view(-1)
+            flat[0] = torch.nextafter(flat[0].float(), torch.tensor(float("inf"))).to(out.dtype)
+            if flat[0] == out[row].reshape(-1)[0]:  # bf16 rounding swallowed the step: force one bf16 ulp
+                bits = out[row].reshape(-1)[:1].view(torch.int16) + 1
+                flat[0] = bits.view(out.dtype)[0]
+            out = out + (bumped - out).detach()
+        return out
+
+    return wrapped
+
+
+def no_backward(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    def wrapped(*args: object) -> Tensor:
+        with torch.no_grad():
+            return fn(*args)
+
+    return wrapped
+
+
+def hang(*args: object) -> Tensor:
+    launches.record("guard.hang", "fwd")
+    while True:
+        time.sleep(1.0)
+
+
+def broken(op: str, fn: Callable[..., Tensor], *, profile: str = "guard", extra_ops: frozenset[str] = frozenset()) -> Candidate:
+    """A portable candidate with its function replaced, declaring the same kernel id and ops (plus extras)."""
+    base = portable(op)
+    return replace(base, profile=profile, fn=fn, declared_ops=base.declared_ops | extra_ops)
+
+
+def _broken_det_gemm_profile() -> tuple[str, list[Candidate]]:
+    """Plug-in: portable everywhere except det_gemm, which mixes rows."""
+    cands = [replace(registry.resolve("portable_cpu", op, device="cpu"), profile="broken_det_gemm")
+             for op in ("rms_norm", "det_gemm", "silu")]
+    cands = [replace(c, fn=mix_rows(c.fn)) if c.operator == "det_gemm" else c for c in cands]
+    return "broken_det_gemm", cands
+
+
+def _hang_profile() -> tuple[str, list[Candidate]]:
+    """Plug-in: silu hangs, rms_norm is portable."""
+    cands = [
+        replace(registry.resolve("portable_cpu", "rms_norm", device="cpu"), profile="hang_silu"),
+        replace(registry.resolve("portable_cpu", "silu", device="cpu"), profile="hang_silu", fn=hang),
+    ]
+    return "hang_silu", cands
+
+
+BROKEN_DET_GEMM = _broken_det_gemm_profile
+HANG_SILU = _hang_profile

@@ -1,0 +1,192 @@
+"""Falsifiability: the harness must see red where a candidate is broken, green where it is not.
+
+Every trap under "False green" that concerns execution has a negative control here (traps 3, 4, 5, 7, 9, 31).
+The units run in-process at the `tiny` model widths on the `primary` fixture (4 samples, 8 layouts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from ws1_contract import load_contract
+from ws1_kernels import LayoutContext, launches, reference
+from ws1_workload import build_fixture, build_layout, load_manifest
+
+import guard_profiles as gp
+from ws1_harness.adapters import build_adapters
+from ws1_harness.unit import CandidateUnderTest, UnitResult, run_unit
+
+MANIFEST = load_manifest()
+CONTRACT = load_contract()
+MODEL = MANIFEST.model("tiny")
+ADAPTERS = build_adapters(MODEL)
+FIXTURE = build_fixture(MANIFEST, "primary")
+
+
+def judge(
+    op: str,
+    fn: Callable[..., torch.Tensor],
+    *,
+    extra_ops: frozenset[str] = frozenset(),
+    kernels: frozenset[str] | None = None,
+) -> UnitResult:
+    base = gp.portable(op)
+    cand = CandidateUnderTest(
+        candidate_id=f"guard.{op}",
+        fn=fn,
+        reference=getattr(reference, op),
+        declared_kernels=kernels if kernels is not None else frozenset({base.kernel_id}),
+        declared_ops=base.declared_ops | extra_ops,
+        param_grad_rule=base.param_grad_rule,
+    )
+    return run_unit(
+        cand,
+        ADAPTERS[op],
+        FIXTURE,
+        MANIFEST.layouts,
+        CONTRACT,
+        MANIFEST.operators[op].op_class,
+        case_id=f"guard/{op}",
+        pad_id=MODEL.pad_id,
+    )
+
+
+def statuses(result: UnitResult) -> dict[str, tuple[str, Any]]:
+    return {j: (r.status, r.reason_code) for j, r in result.judgments.items()}
+
+
+def test_row_local_portable_candidate_is_green_on_all_four() -> None:
+    result = judge("det_gemm", gp.portable("det_gemm").fn)
+    assert statuses(result) == {j: ("green", None) for j in result.judgments}
+    assert result.observed_kernels, "the launch log must have seen the kernel"
+
+
+def test_row_mixing_op_is_red_on_invariance() -> None:
+    result = judge("det_gemm", gp.mix_rows(gp.portable("det_gemm").fn))
+    s = statuses(result)
+    assert s["forward_invariance"] == ("red", "bits_differ")
+    assert s["gradient_invariance"] == ("red", "bits_differ")
+    failed = result.judgments["forward_invariance"].diagnostics["failed_layouts"]
+    assert "split_1" in failed and "permuted" in failed
+
+
+def test_batch_size_dependent_gemm_is_red_on_invariance() -> None:
+    ops = frozenset({"aten.mm", "aten.t", "aten.slice", "aten.add", "aten._to_copy"})
+    result = judge("det_gemm", gp.split_k_small_batch, extra_ops=ops, kernels=frozenset({"guard.split_k"}))
+    s = statuses(result)
+    assert s["forward_invariance"] == ("red", "bits_differ"), s
+    assert s["forward_accuracy"] == ("green", None)  # accurate, but not invariant: the judgments are independent
+
+
+def test_undeclared_stock_op_is_red_even_with_identical_values() -> None:
+    result = judge("det_gemm", gp.stock_fallback(gp.portable("det_gemm").fn))
+    s = statuses(result)
+    assert s["forward_accuracy"] == ("red", "undeclared_op")
+    assert s["forward_invariance"] == ("red", "undeclared_op")
+    assert "aten.addmm" in result.judgments["forward_accuracy"].diagnostics["undeclared_ops"]
+
+
+def test_undeclared_kernel_id_is_red() -> None:
+    result = judge("det_gemm", gp.portable("det_gemm").fn, kernels=frozenset({"some.other.kernel"}))
+    assert statuses(result)["forward_accuracy"] == ("red", "undeclared_kernel")
+
+
+def test_no_launch_recorded_is_red() -> None:
+    base = gp.portable("silu").fn
+
+    def silent(x: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:
+        with launches.observe():  # swallow nothing: the kernel records into the inner log only
+            pass
+        return (x.float() * torch.sigmoid(x.float())).to(torch.bfloat16)
+
+    ops = frozenset({"aten.sigmoid", "aten.mul"})
+    result = judge("silu", silent, extra_ops=ops)
+    assert statuses(result)["forward_accuracy"] == ("red", "no_kernel_observed")
+    assert base is not silent
+
+
+def test_nan_is_caught_by_accuracy() -> None:
+    result = judge("rms_norm", gp.nan_one(gp.portable("rms_norm").fn))
+    assert statuses(result)["forward_accuracy"] == ("red", "non_finite")
+
+
+def test_flipped_zero_sign_is_caught_by_invariance() -> None:
+    result = judge("silu", gp.neg_zero_when_alone(gp.portable("silu").fn), extra_ops=frozenset({"aten.masked_fill"}))
+    s = statuses(result)
+    assert s["forward_invariance"] == ("red", "bits_differ")
+    failed = result.judgments["forward_invariance"].diagnostics["failed_layouts"]
+    assert "split_1" in failed and "padded_right" not in failed
+
+
+def test_one_ulp_under_one_layout_is_caught() -> None:
+    extra = frozenset({"aten.nextafter", "aten.sub", "aten.nonzero", "aten.lt", "aten.ge", "aten.any",
+                       "aten.select", "aten.view", "aten.eq", "aten.is_nonzero", "aten.item",
+                       "aten._local_scalar_dense", "aten.scalar_tensor", "aten.add", "aten.index"})
+    result = judge("silu", gp.ulp_when_padded(gp.portable("silu").fn), extra_ops=extra)
+    s = statuses(result)
+    assert s["forward_accuracy"] == ("green", None)
+    assert s["forward_invariance"] == ("red", "bits_differ")
+    failed = set(result.judgments["forward_invariance"].diagnostics["failed_layouts"])
+    assert failed == {"padded_right", "padded_left"}
+
+
+def test_missing_backward_is_its_own_failure() -> None:
+    result = judge("rms_norm", gp.no_backward(gp.portable("rms_norm").fn))
+    s = statuses(result)
+    assert s["gradient_accuracy"] == ("red", "missing_backward")
+    assert s["gradient_invariance"] == ("red", "missing_backward")
+    assert s["forward_invariance"] == ("green", None)
+
+
+def test_reference_must_be_fp32() -> None:
+    base = gp.portable("silu")
+    cand = CandidateUnderTest("guard.silu", base.fn, lambda x, ctx: base.fn(x.to(torch.bfloat16), ctx),
+                              frozenset({base.kernel_id}), base.declared_ops, None)
+    with pytest.raises(Exception, match="fp32|float32|reference"):
+        run_unit(cand, ADAPTERS["silu"], FIXTURE, MANIFEST.layouts, CONTRACT, "elementwise",
+                 case_id="guard/ref", pad_id=MODEL.pad_id)
+
+
+class _CallRecorder:
+    """Wraps a candidate and records the rows, pads and samples of every physical call it receives."""
+
+    def __init__(self, fn: Callable[..., torch.Tensor]) -> None:
+        self.fn = fn
+        self.calls: list[tuple[int, int, int]] = []
+
+    def __call__(self, *args: Any) -> torch.Tensor:
+        ctx = args[-1]
+        sids = ctx.sample_ids
+        self.calls.append((len(sids), int((sids < 0).sum()), len({s for s in sids.tolist() if s >= 0})))
+        return self.fn(*args)
+
+
+@pytest.mark.parametrize("layout_name", ["packed", "split_1", "split_half", "chunked", "padded_right", "decode"])
+def test_adapters_execute_the_physical_layout(layout_name: str) -> None:
+    """B=N is one call, micro-batches and chunks split it, padding reaches the op (trap 3)."""
+    spec = next(s for s in MANIFEST.layouts if s.name == layout_name)
+    recorder = _CallRecorder(gp.portable("silu").fn)
+    judge_specs = tuple(s for s in MANIFEST.layouts if s.name in ("packed", layout_name))
+    cand = CandidateUnderTest("guard.silu", recorder, reference.silu, frozenset({gp.portable("silu").kernel_id}),
+                              gp.portable("silu").declared_ops, None)
+    run_unit(cand, ADAPTERS["silu"], FIXTURE, judge_specs, CONTRACT, "elementwise", case_id="guard/calls",
+             pad_id=MODEL.pad_id)
+    layout = build_layout(FIXTURE, spec)
+    n_samples = len(FIXTURE.samples)
+    seen = recorder.calls if layout_name == "packed" else recorder.calls[1:]
+    assert len(seen) == len(layout.calls)
+    if layout_name == "packed":
+        assert seen == [(sum(s.length for s in FIXTURE.samples), 0, n_samples)]
+    elif layout_name == "split_1":
+        assert [c[2] for c in seen] == [1] * n_samples
+    elif layout_name == "split_half":
+        assert [c[2] for c in seen] == [n_samples // 2, n_samples - n_samples // 2]
+    elif layout_name == "chunked":
+        assert len(seen) >= 2 and all(c[0] <= n_samples * spec.params["chunk_size"] for c in seen)
+    elif layout_name == "padded_right":
+        assert len(seen) == 1 and seen[0][1] > 0, "pad rows must reach the op"
+    elif layout_name == "decode":
+        assert len(seen) > 2 and all(c[0] <= n_samples for c in seen[1:])
