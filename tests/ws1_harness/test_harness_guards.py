@@ -26,6 +26,16 @@ ADAPTERS = build_adapters(MODEL)
 FIXTURE = build_fixture(MANIFEST, "primary")
 
 
+class _AnyOp(frozenset):  # type: ignore[type-arg]
+    """Declares every op: isolates a value failure from the dispatch watch in tests that break values."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+ANY_OP = _AnyOp()
+
+
 def judge(
     op: str,
     fn: Callable[..., torch.Tensor],
@@ -39,7 +49,7 @@ def judge(
         fn=fn,
         reference=getattr(reference, op),
         declared_kernels=kernels if kernels is not None else frozenset({base.kernel_id}),
-        declared_ops=base.declared_ops | extra_ops,
+        declared_ops=extra_ops if isinstance(extra_ops, _AnyOp) else base.declared_ops | extra_ops,
         param_grad_rule=base.param_grad_rule,
     )
     return run_unit(
@@ -65,7 +75,7 @@ def test_row_local_portable_candidate_is_green_on_all_four() -> None:
 
 
 def test_row_mixing_op_is_red_on_invariance() -> None:
-    result = judge("det_gemm", gp.mix_rows(gp.portable("det_gemm").fn))
+    result = judge("det_gemm", gp.mix_rows(gp.portable("det_gemm").fn), extra_ops=ANY_OP)
     s = statuses(result)
     assert s["forward_invariance"] == ("red", "bits_differ")
     assert s["gradient_invariance"] == ("red", "bits_differ")
@@ -109,12 +119,12 @@ def test_no_launch_recorded_is_red() -> None:
 
 
 def test_nan_is_caught_by_accuracy() -> None:
-    result = judge("rms_norm", gp.nan_one(gp.portable("rms_norm").fn))
+    result = judge("rms_norm", gp.nan_one(gp.portable("rms_norm").fn), extra_ops=ANY_OP)
     assert statuses(result)["forward_accuracy"] == ("red", "non_finite")
 
 
 def test_flipped_zero_sign_is_caught_by_invariance() -> None:
-    result = judge("silu", gp.neg_zero_when_alone(gp.portable("silu").fn), extra_ops=frozenset({"aten.masked_fill"}))
+    result = judge("silu", gp.neg_zero_when_alone(gp.portable("silu").fn), extra_ops=ANY_OP)
     s = statuses(result)
     assert s["forward_invariance"] == ("red", "bits_differ")
     failed = result.judgments["forward_invariance"].diagnostics["failed_layouts"]
@@ -122,9 +132,7 @@ def test_flipped_zero_sign_is_caught_by_invariance() -> None:
 
 
 def test_one_ulp_under_one_layout_is_caught() -> None:
-    extra = frozenset({"aten.nextafter", "aten.sub", "aten.nonzero", "aten.lt", "aten.ge", "aten.any",
-                       "aten.select", "aten.view", "aten.eq", "aten.is_nonzero", "aten.item",
-                       "aten._local_scalar_dense", "aten.scalar_tensor", "aten.add", "aten.index"})
+    extra = ANY_OP
     result = judge("silu", gp.ulp_when_padded(gp.portable("silu").fn), extra_ops=extra)
     s = statuses(result)
     assert s["forward_accuracy"] == ("green", None)

@@ -68,7 +68,7 @@ def test_profiles_name_a_candidate_for_every_kernel_node(manifest):
         for op, node in prof.nodes.items():
             assert node.candidate_id == f"{name}.{op}"
             assert (node.arch is None) == (prof.device != "cuda")
-    assert manifest.profiles["portable_cpu"].nodes["det_gemm"].kernel_id == "ws1.cpu.det_gemm.rowblock16"
+    assert manifest.profiles["portable_cpu"].nodes["det_gemm"].kernel_id == "ws1.cpu.det_gemm.rowblock32"
     assert any(n.arch == "sm90" for n in manifest.profiles["cuda_bf16_sm90"].nodes.values())
 
 

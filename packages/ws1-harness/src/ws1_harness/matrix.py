@@ -108,7 +108,8 @@ def _cell(record: dict[str, Any], required: bool) -> Cell:
 def _progress(done: int, total: int, task: UnitTask, records: list[dict[str, Any]], wall: float) -> None:
     width = 24
     filled = int(width * done / max(total, 1))
-    states = " ".join(f"{r['judgment'].replace('_', '')[:7]}={r['status']}" for r in records)
+    short = {"forward_accuracy": "fa", "forward_invariance": "fi", "gradient_accuracy": "ga", "gradient_invariance": "gi"}
+    states = " ".join(f"{short.get(r['judgment'], r['judgment'])}={r['status']}" for r in records)
     bar = "#" * filled + "." * (width - filled)
     print(
         f"[{bar}] {done}/{total} {task.operator}/{task.tier_label} {wall:6.1f}s  {states}",

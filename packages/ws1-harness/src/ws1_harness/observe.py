@@ -79,5 +79,5 @@ def observe() -> Iterator[Observation]:
     recorder = _OpRecorder()
     with launches.observe() as log, recorder:
         yield obs
-    obs.kernels |= {launches.kernel_of(entry) for entry in log.kernels}
+    obs.kernels |= set(log.kernels)
     obs.ops |= recorder.ops

@@ -116,7 +116,7 @@ def execute_task(task: UnitTask) -> list[dict[str, Any]]:
     try:
         cand = registry.resolve(task.profile, task.operator, device=device)
     except registry.CandidateUnavailable as exc:
-        status = "pending_arch" if getattr(exc, "pending_arch", False) else "red"
+        status = "pending_arch" if exc.hardware_only else "red"
         reason = "arch_unavailable" if status == "pending_arch" else "candidate_unavailable"
         return [asdict(r) for r in _records(task, status, reason, {"why": str(exc)})]
     declared = {cand.kernel_id, *getattr(cand, "kernel_ids", ())}

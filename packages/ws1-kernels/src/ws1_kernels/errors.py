@@ -20,7 +20,18 @@ class RegistryError(KernelError, LookupError):
 class CandidateUnavailable(RegistryError):
     """No registered candidate can run here; ``rejections`` lists every one considered and why."""
 
-    def __init__(self, profile: str, operator: str, device: str, rejections: Sequence[tuple[str, str]]):
+    def __init__(
+        self,
+        profile: str,
+        operator: str,
+        device: str,
+        rejections: Sequence[tuple[str, str]],
+        *,
+        hardware_only: bool = False,
+    ):
+        # hardware_only: a candidate exists and would run on other hardware (a gate reports it pending_arch);
+        # False for a missing candidate, which is red.
+        self.hardware_only = hardware_only
         self.profile = profile
         self.operator = operator
         self.device = device

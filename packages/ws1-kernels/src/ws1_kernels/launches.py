@@ -4,11 +4,11 @@ Usage::
 
     with launches.observe() as log:
         y = cand.fn(x, w, ctx); y.backward(g)
-    log.kernels   # ["ws1.cpu.det_gemm.rowblock32:fwd", ...]
+    log.kernels   # ["ws1.cpu.det_gemm.rowblock32", "ws1.cpu.det_gemm.rowblock32"]  (fwd, then bwd)
+    log.events    # [("ws1.cpu.det_gemm.rowblock32", "fwd"), ("ws1.cpu.det_gemm.rowblock32", "bwd")]
 
 Why: a declared candidate name proves nothing (a wrapper may delegate elsewhere); the harness compares what was
-recorded at the launch sites with what the profile declares.  Ids are recorded as ``<kernel_id>:<phase>``
-where phase is ``fwd`` or ``bwd``; ``kernel_of(entry)`` strips the phase.
+recorded at the launch sites with what the profile declares.
 """
 
 from __future__ import annotations
@@ -23,18 +23,14 @@ _state = threading.local()
 
 @dataclass
 class LaunchLog:
-    """Kernel ids recorded while the ``observe()`` block was active, in launch order."""
+    """Kernel ids recorded while the ``observe()`` block was active, in launch order (``events`` adds the phase)."""
 
     kernels: list[str] = field(default_factory=list)
+    events: list[tuple[str, str]] = field(default_factory=list)
 
     def kernel_ids(self) -> set[str]:
-        """The distinct kernel ids, phase stripped."""
-        return {kernel_of(k) for k in self.kernels}
-
-
-def kernel_of(entry: str) -> str:
-    """``"ws1.cpu.x:fwd"`` -> ``"ws1.cpu.x"``."""
-    return entry.rsplit(":", 1)[0]
+        """The distinct kernel ids."""
+        return set(self.kernels)
 
 
 def _stack() -> list[LaunchLog]:
@@ -66,8 +62,8 @@ _lock = threading.Lock()
 
 def record(kernel_id: str, phase: str) -> None:
     """Called at a launch site, immediately before the computation it names."""
-    entry = f"{kernel_id}:{phase}"
     logs = _stack() or _GLOBAL
     with _lock:
         for log in logs:
-            log.kernels.append(entry)
+            log.kernels.append(kernel_id)
+            log.events.append((kernel_id, phase))

@@ -14,10 +14,12 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
+from typing import Any
 
 import torch
 
 from . import native, portable
+from ._declared import NATIVE_OPS, PORTABLE_OPS
 from .errors import CandidateUnavailable, RegistryError
 
 OPERATORS: tuple[str, ...] = (
@@ -64,7 +66,7 @@ class Candidate:
     min_arch: str | None
     param_grad_rule: str | None
     declared_ops: frozenset[str]
-    fn: Callable[..., torch.Tensor]
+    fn: Callable[..., Any]
     available: Callable[[str], str | None] = field(default=_always, compare=False)
 
     @property
@@ -174,7 +176,10 @@ def resolve(profile: str, operator: str, device: str = "cpu") -> Candidate:
         raise CandidateUnavailable(
             profile, operator, device, [(cid, "no candidate registered for this operator")]
         )
-    reason = _device_reason(cand, device) or cand.available(device)
+    hw_reason = _device_reason(cand, device)
+    if hw_reason is not None:
+        raise CandidateUnavailable(profile, operator, device, [(cid, hw_reason)], hardware_only=True)
+    reason = cand.available(device)
     if reason is not None:
         raise CandidateUnavailable(profile, operator, device, [(cid, reason)])
     return cand
@@ -224,11 +229,9 @@ def load_entry_points() -> tuple[str, ...]:
 # ---- built-in profiles -----------------------------------------------------------------------------------
 
 _P = portable
-# aten overload packets each candidate may dispatch (forward and backward), measured with a dispatch recorder
-# over every layout type (tests/ws1_kernels/test_registry.py::test_declared_ops_cover_dispatch re-checks)
-from ._declared import NATIVE_OPS, PORTABLE_OPS  # noqa: E402
-
-_PORTABLE_FNS = {
+# declared_ops: aten overload packets each candidate may dispatch (forward and backward), recorded over every
+# layout type (tests/ws1_kernels/test_registry.py::test_launch_log_and_declared_ops re-checks them)
+_PORTABLE_FNS: dict[str, tuple[Callable[..., Any], str]] = {
     "embedding": (_P.embedding, "ws1.cpu.embedding.gather"),
     "rms_norm": (_P.rms_norm, "ws1.cpu.rms_norm.rowwise"),
     "qk_norm": (_P.qk_norm, "ws1.cpu.qk_norm.rowwise"),

@@ -101,7 +101,7 @@ def main_grad_of(weight: torch.Tensor) -> torch.Tensor:
     mg = getattr(weight, "main_grad", None)
     if mg is None:
         mg = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-        weight.main_grad = mg
+        setattr(weight, "main_grad", mg)  # noqa: B010 (torch.Tensor has no declared main_grad)
     return mg
 
 

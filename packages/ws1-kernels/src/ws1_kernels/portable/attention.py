@@ -87,7 +87,7 @@ class _Attention(torch.autograd.Function):
             for qb, s0, s1 in smp.query_blocks():
                 qblk = _block_of(q, seg, qb, s0, s1)
                 m = torch.full((hq, QUERY_BLOCK), _NEG_INF, device=q.device)
-                l = torch.zeros((hq, QUERY_BLOCK), device=q.device)
+                denom = torch.zeros((hq, QUERY_BLOCK), device=q.device)
                 acc = torch.zeros((hq, QUERY_BLOCK, d), device=q.device)
                 last_pos = qb * QUERY_BLOCK + s1 - 1
                 for kb in range(last_pos // KEY_BLOCK + 1):
@@ -95,12 +95,12 @@ class _Attention(torch.autograd.Function):
                     m_new = torch.maximum(m, s.amax(-1))
                     alpha = torch.exp(m - m_new)
                     p = torch.exp(s - m_new.unsqueeze(-1))
-                    l = l * alpha + tree_sum(p, -1)
+                    denom = denom * alpha + tree_sum(p, -1)
                     acc = acc * alpha.unsqueeze(-1) + torch.bmm(p, vblk)
                     m = m_new
                 r0 = seg.start + qb * QUERY_BLOCK + s0 - seg.first_position
-                out[r0 : r0 + s1 - s0] = (acc / l.unsqueeze(-1))[:, s0:s1].transpose(0, 1)
-                lse[r0 : r0 + s1 - s0] = (m + torch.log(l))[:, s0:s1].transpose(0, 1)
+                out[r0 : r0 + s1 - s0] = (acc / denom.unsqueeze(-1))[:, s0:s1].transpose(0, 1)
+                lse[r0 : r0 + s1 - s0] = (m + torch.log(denom))[:, s0:s1].transpose(0, 1)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.scale, ctx.lctx = scale, lctx
         return out.to(torch.bfloat16)

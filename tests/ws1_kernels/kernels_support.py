@@ -12,7 +12,6 @@ import contextlib
 from dataclasses import dataclass, field
 
 import torch
-
 from ws1_kernels import LayoutContext
 
 BF = torch.bfloat16

@@ -1,0 +1,87 @@
+"""Forward and backward of every candidate against the fp32 reference, at the contract's bf16 tolerance."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernels_support import (
+    OP_CLASS,
+    PARAM_OPS,
+    Batch,
+    assert_close,
+    layout,
+    make_case,
+    run,
+    run_reference,
+    upstream,
+)
+from ws1_kernels import reference, registry
+
+DIMS = dict(hidden=256, vocab=1000, inter=384, heads=4, kv_heads=2, head_dim=64)
+BATCH = Batch((5, 9, 3, 12), (2, 4, 1, 5))
+
+
+@pytest.mark.parametrize("profile", ["portable_cpu", "native_torch"])
+@pytest.mark.parametrize("op", sorted(OP_CLASS))
+def test_forward_and_backward_match_fp32_reference(profile: str, op: str) -> None:
+    cand = registry.resolve(profile, op)
+    case = make_case(op, BATCH, DIMS)
+    res = run(cand.fn, case, BATCH, layout(BATCH, "packed"), rule=cand.param_grad_rule)
+    assert res.out.dtype == (torch.float32 if op in ("logp", "linear_logp") else torch.bfloat16)
+    ref = run_reference(
+        getattr(reference, op), case, BATCH, upstream(case, BATCH, res.out.shape, res.out.dtype)
+    )
+    assert_close(f"{op} forward", res.out, ref.out, "forward_accuracy", op)
+    assert set(res.grads) == set(case.rows)
+    for name, g in res.grads.items():
+        assert g.abs().max() > 0, f"{op}: d{name} is all zero"
+        assert_close(f"{op} d{name}", g, ref.grads[name], "gradient_accuracy", op)
+    assert set(res.pgrads) == set(case.params) and (op in PARAM_OPS) == bool(case.params)
+    for name, g in res.pgrads.items():
+        assert g is not None and g.dtype == torch.float32 or profile == "native_torch"
+        assert g.abs().max() > 0, f"{op}: d{name} is all zero"
+        assert_close(f"{op} d{name}", g.float(), ref.pgrads[name], "gradient_accuracy", op)
+
+
+def test_portable_weight_grad_goes_to_main_grad_only() -> None:
+    cand = registry.resolve("portable_cpu", "det_gemm")
+    case = make_case("det_gemm", BATCH, DIMS)
+    w = case.params["weight"].clone().requires_grad_(True)
+    x = case.rows["x"].clone().requires_grad_(True)
+    from kernels_support import context
+
+    cand.fn(x, w, context(layout(BATCH, "packed")[0])).float().sum().backward()
+    assert w.grad is None and w.main_grad.dtype == torch.float32 and w.main_grad.abs().max() > 0
+
+
+@pytest.mark.parametrize("op", ["lm_head", "linear_logp", "det_gemm"])
+def test_needs_input_grad_is_honoured(op: str) -> None:
+    """No weight-gradient work when only x needs a gradient, and no dx when only the weight does."""
+    from kernels_support import context
+
+    cand = registry.resolve("portable_cpu", op)
+    case = make_case(op, BATCH, DIMS)
+    ctx = context(layout(BATCH, "packed")[0])
+    extra = (case.ints["t"],) if op == "linear_logp" else ()
+    w = case.params["weight"].clone()
+    x = case.rows["x"].clone().requires_grad_(True)
+    cand.fn(x, w, *extra, ctx).float().sum().backward()
+    assert x.grad is not None and not hasattr(w, "main_grad")
+    w2 = case.params["weight"].clone().requires_grad_(True)
+    x2 = case.rows["x"].clone()
+    cand.fn(x2, w2, *extra, ctx).float().sum().backward()
+    assert x2.grad is None and w2.main_grad.abs().max() > 0
+
+
+def test_reference_turns_tf32_off_and_restores() -> None:
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")
+    seen = {}
+    with reference.fp32_math():
+        seen["tf32"] = torch.backends.cuda.matmul.allow_tf32
+        seen["prec"] = torch.get_float32_matmul_precision()
+        seen["cudnn"] = torch.backends.cudnn.allow_tf32
+    assert seen == {"tf32": False, "prec": "highest", "cudnn": False}
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.get_float32_matmul_precision() == "high"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
