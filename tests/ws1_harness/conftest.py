@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from ws1_harness.cells import Cell, CellKey, ExpectedCell, expected_cells
+from ws1_harness.inventory import DIRECT_ITEMS
 from ws1_harness.evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef
 
 JUDGMENTS = ("forward_accuracy", "forward_invariance", "gradient_accuracy", "gradient_invariance")
@@ -52,6 +53,8 @@ class Synth:
     shard: str | None = None
     overrides: dict[CellKey, tuple[str, str | None] | None] = field(default_factory=dict)
     only: Iterable[CellKey] | None = None
+    inventory: bool = True
+    inventory_verdicts: dict[str, str] = field(default_factory=dict)
 
     def axes(self) -> Axes:
         return Axes.build(self.profiles, self.operators, self.tiers, self.judgments, OPERATOR_SPECS)
@@ -92,6 +95,15 @@ def write_synth(
                 observed_kernels=("ws1.synthetic.kernel",) if status == "green" else (),
                 wall_s=0.01,
             )
+        )
+    if synth.inventory and finalise:
+        writer.set_inventory(
+            [
+                {"profile": profile, "item": item, "verdict": synth.inventory_verdicts.get(item, "pass"),
+                 "source": "direct", "detail": "synthetic"}
+                for profile in synth.profiles
+                for item in DIRECT_ITEMS
+            ]
         )
     if finalise:
         writer.finalise()

@@ -28,9 +28,12 @@ def portable(op: str) -> Candidate:
 
 
 def mix_rows(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """Adds a bounded share of the call's first row to every row: within the accuracy tolerance (atol 5e-2),
+    above the bf16 ulp, so only the invariance judgments can see it."""
+
     def wrapped(*args: object) -> Tensor:
         out = fn(*args)
-        return out + out[:1] * 0.0625
+        return out + out[:1].clamp(-1.0, 1.0) * 0.03125
 
     return wrapped
 
@@ -124,7 +127,14 @@ def _broken_det_gemm_profile() -> tuple[str, list[Candidate]]:
     """Plug-in: portable everywhere except det_gemm, which mixes rows."""
     cands = [replace(registry.resolve("portable_cpu", op, device="cpu"), profile="broken_det_gemm")
              for op in ("rms_norm", "det_gemm", "silu")]
-    cands = [replace(c, fn=mix_rows(c.fn)) if c.operator == "det_gemm" else c for c in cands]
+    # The plug-in declares the ops its row mixing dispatches (forward and backward), so the dispatch watch
+    # stays quiet and only the invariance judgments can catch it.
+    mixing_ops = frozenset({"aten.add", "aten.clamp", "aten.mul", "aten.ge", "aten.le", "aten.logical_and_",
+                            "aten.scalar_tensor", "aten.slice_backward", "aten.sum", "aten.where"})
+    cands = [
+        replace(c, fn=mix_rows(c.fn), declared_ops=c.declared_ops | mixing_ops) if c.operator == "det_gemm" else c
+        for c in cands
+    ]
     return "broken_det_gemm", cands
 
 

@@ -211,3 +211,40 @@ def test_gate_accepts_a_loaded_document(factory) -> None:
     assert gate(doc).exit_code == EXIT_PASS
     doc["cells"] = []
     assert gate(doc).exit_code == EXIT_BAD_INPUT  # counts no longer match
+
+
+def test_gate_red_when_inventory_is_missing(factory) -> None:
+    from conftest import Synth
+
+    writer, _ = factory.write("noinv", Synth(inventory=False))
+    result = gate(writer.path)
+    assert result.exit_code == 1
+    assert any(p.code == "inventory_missing" for p in result.problems)
+
+
+@pytest.mark.parametrize("verdict", ["fail", "not_run"])
+def test_gate_red_on_any_open_inventory_verdict(factory, verdict: str) -> None:
+    from conftest import Synth
+
+    writer, _ = factory.write("openinv", Synth(inventory_verdicts={"dtype_cast": verdict}))
+    result = gate(writer.path)
+    assert result.exit_code == 1
+    assert [p.code for p in result.problems] == ["inventory_open"]
+
+
+def test_gate_rederives_node_items_from_cells(factory, monkeypatch) -> None:
+    """A red rope cell fails the rope inventory item even though no stored entry says so (trap 2)."""
+    from conftest import Synth
+
+    from ws1_harness.cells import CellKey
+
+    import conftest
+
+    spec = {"op_class": "elementwise", "differentiable": True, "optional": False, "layout_only": False}
+    monkeypatch.setitem(conftest.OPERATOR_SPECS, "rope", spec)
+    key = CellKey("portable_cpu", "rope", "short", "gradient_invariance")
+    synth = Synth(operators=("rms_norm", "rope"), overrides={key: ("red", "bits_differ")})
+    writer, _ = factory.write("noderope", synth)
+    result = gate(writer.path)
+    codes = sorted(p.code for p in result.problems)
+    assert codes == ["inventory_open", "red"]

@@ -66,14 +66,24 @@ def _pow2_scale(fan_in: int) -> float:
 
 
 def make_param(case_id: str, param: ParamInput) -> Tensor:
-    """Deterministic bf16 parameter from (case_id, name): never zero, exactly representable in bf16."""
+    """Deterministic bf16 parameter from (case_id, name): never zero, exactly representable in bf16.
+
+    Generated in row chunks straight into bf16: a [151936, 4096] weight must not cost 10 GB of fp32
+    temporaries on a 24 GB machine.
+    """
     digest = hashlib.sha256(f"ws1-param|{case_id}|{param.name}".encode()).digest()
     gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
-    values = torch.randn(param.shape, generator=gen, dtype=torch.float32)
-    values = torch.where(values == 0, torch.full_like(values, 0.5), values)
-    values = values * param.scale + param.offset
-    values = torch.where(values == 0, torch.full_like(values, param.scale), values)
-    return values.to(torch.bfloat16)
+    out = torch.empty(param.shape, dtype=torch.bfloat16)
+    flat = out.view(param.shape[0], -1) if out.dim() > 1 else out.view(1, -1)
+    rows_per_chunk = max(1, (1 << 22) // max(1, flat.shape[1]))
+    for r0 in range(0, flat.shape[0], rows_per_chunk):
+        r1 = min(flat.shape[0], r0 + rows_per_chunk)
+        values = torch.randn((r1 - r0, flat.shape[1]), generator=gen, dtype=torch.float32)
+        values = values * param.scale + param.offset
+        values = torch.where(values == 0, torch.full_like(values, param.scale), values).to(torch.bfloat16)
+        # rounding to bf16 may flush a tiny value to zero: never zero
+        flat[r0:r1] = torch.where(values == 0, torch.full_like(values, param.scale), values)
+    return out
 
 
 def build_adapters(model: ModelConfig) -> dict[str, OperatorAdapter]:

@@ -125,7 +125,7 @@ def _read_param_grads(params: Mapping[str, Tensor], rule: str | None) -> dict[st
             raise MissingBackwardError(f"parameter {name}: unknown gradient rule {rule!r}")
         if grad is None:
             raise MissingBackwardError(f"parameter {name}: no gradient under rule {rule!r}")
-        grads[name] = grad.detach().clone()
+        grads[name] = grad.detach()  # fresh per layout: no copy needed
     return grads
 
 

@@ -25,7 +25,7 @@ from ws1_workload import load_manifest
 from .cells import Cell, CellKey, LayoutResult, expected_cells
 from .evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef
 from .inventory_checks import inventory
-from .tasks import FULL_MODEL, UnitTask, execute_task
+from .tasks import FULL_MODEL, UnitTask, execute_task, load_plugin
 from .unit import JUDGMENTS
 from .worker import WorkerPool
 
@@ -55,7 +55,7 @@ def plan(args: argparse.Namespace) -> Plan:
     manifest = load_manifest(None)
     if args.candidates:
         try:
-            registry.load_spec(args.candidates)
+            load_plugin(args.candidates)
         except Exception as exc:
             raise _fail(f"--candidates {args.candidates}: {str(exc).splitlines()[0]}") from None
     known_profiles = set(registry.profiles()) | set(manifest.profiles)
@@ -108,7 +108,12 @@ def _cell(record: dict[str, Any], required: bool) -> Cell:
 def _progress(done: int, total: int, task: UnitTask, records: list[dict[str, Any]], wall: float) -> None:
     width = 24
     filled = int(width * done / max(total, 1))
-    short = {"forward_accuracy": "fa", "forward_invariance": "fi", "gradient_accuracy": "ga", "gradient_invariance": "gi"}
+    short = {
+        "forward_accuracy": "fa",
+        "forward_invariance": "fi",
+        "gradient_accuracy": "ga",
+        "gradient_invariance": "gi",
+    }
     states = " ".join(f"{short.get(r['judgment'], r['judgment'])}={r['status']}" for r in records)
     bar = "#" * filled + "." * (width - filled)
     print(

@@ -80,7 +80,8 @@ def _adapters(manifest_path: str | None, model: str) -> dict[str, OperatorAdapte
 _loaded_plugins: set[str] = set()
 
 
-def _load_plugin(spec: str | None) -> None:
+def load_plugin(spec: str | None) -> None:
+    """Register a plug-in profile once per process (the worker and the parent each load it)."""
     if spec and spec not in _loaded_plugins:
         registry.load_spec(spec)
         _loaded_plugins.add(spec)
@@ -105,7 +106,7 @@ def execute_task(task: UnitTask) -> list[dict[str, Any]]:
     """Run one unit; never raises for a candidate's failure: that is a red or error record."""
     manifest = _manifest(task.manifest_path)
     contract = _contract(task.contract_path)
-    _load_plugin(task.candidates)
+    load_plugin(task.candidates)
     op_spec = manifest.operators[task.operator]
     if op_spec.layout_only:
         return [
