@@ -198,3 +198,38 @@ def test_adapters_execute_the_physical_layout(layout_name: str) -> None:
         assert len(seen) == 1 and seen[0][1] > 0, "pad rows must reach the op"
     elif layout_name == "decode":
         assert len(seen) > 2 and all(c[0] <= n_samples for c in seen[1:])
+
+
+def test_harness_judges_the_kernels_own_weight_gradient() -> None:
+    """Trap 9: a candidate that declares the main_grad rule but leaves main_grad untouched is red; the harness
+    never computes dW itself."""
+    from ws1_kernels import registry
+
+    native = registry.resolve("native_torch", "det_gemm", device="cpu")
+    base = gp.portable("det_gemm")
+    cand = CandidateUnderTest("guard.det_gemm", native.fn, reference.det_gemm,
+                              frozenset({native.kernel_id}), native.declared_ops, base.param_grad_rule)
+    result = run_unit(cand, ADAPTERS["det_gemm"], FIXTURE, MANIFEST.layouts, CONTRACT, "gemm",
+                      case_id="guard/dw", pad_id=MODEL.pad_id)
+    acc = result.judgments["gradient_accuracy"]
+    assert (acc.status, acc.reason_code) == ("red", "tolerance_exceeded")
+    assert acc.diagnostics["d_weight"]["passed"] is False
+    assert acc.diagnostics["d_x"]["passed"] is True
+
+
+def test_candidate_for_missing_hardware_is_pending_arch_not_red() -> None:
+    """Trap 16: the arch a candidate needs is declared on the candidate; the harness gates on capability."""
+    from dataclasses import replace
+
+    from ws1_kernels import registry
+
+    from ws1_harness.tasks import UnitTask, execute_task
+
+    sm90 = replace(gp.portable("silu"), profile="guard_sm90", device="cuda", min_arch="sm90")
+    registry.register_profile("guard_sm90", [sm90], replace=True)
+    records = execute_task(UnitTask("guard_sm90", "silu", "short", model="tiny"))
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the candidate would run")
+    assert {(r["status"], r["reason_code"]) for r in records} == {("pending_arch", "arch_unavailable")}
+    missing = execute_task(UnitTask("guard_sm90", "rms_norm", "short", model="tiny"))
+    assert {(r["status"], r["reason_code"]) for r in missing} == {("red", "candidate_unavailable")}

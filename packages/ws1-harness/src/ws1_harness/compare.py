@@ -179,6 +179,8 @@ def _bitwise_equal_dense(
     dtype = actual.dtype
     if dtype in _INT_VIEW:
         iview = _INT_VIEW[dtype]
+        if torch.equal(actual.detach().view(iview), expected.detach().view(iview)):  # fast path: raw bits
+            return Comparison(True, None, {"n_total": actual.numel(), "n_mismatch": 0, "dtype": str(dtype)})
         differ = actual.detach().view(iview) != expected.detach().view(iview)
     elif dtype in _INT_DTYPES:
         differ = actual.detach() != expected.detach()
@@ -216,6 +218,74 @@ def _thresholds(spec: ToleranceSpecLike) -> tuple[float, float]:
     return float(atol), float(rtol)
 
 
+# fp32 evaluation of the rule is exact enough to decide every element whose margin exceeds this share of its
+# bound: a subtraction of two fp32 values rounds once (relative error <= 2^-24) and the bound twice, so an
+# element with diff32 <= bound32 * (1 - 2^-17) passes in exact arithmetic too. The rest are re-judged in fp64.
+_FP32_MARGIN = 1.0 - 2.0**-17
+ULP_DIAGNOSTIC_LIMIT = 1 << 22
+
+
+def _max_ulp_all_finite(candidate: torch.Tensor, target: torch.Tensor) -> int:
+    """Max ulp distance in the candidate's dtype when every element is finite (no masking copies)."""
+    c = _ordered_int(candidate)
+    r = _ordered_int(target.to(candidate.dtype))
+    return int(c.sub_(r).abs_().max()) if c.numel() else 0
+
+
+def _fast_tolerance(
+    cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, keys: Sequence[Key] | None = None
+) -> Comparison | None:
+    """The accuracy rule evaluated in fp32 with exact fp64 re-judgment of borderline elements.
+
+    Same verdict as the fp64 rule, at a fraction of the memory and time (a [151936, 4096] gradient in fp64
+    took 140 s on two cores). Returns None when any element is non-finite or the candidate is wider than
+    fp32: the full fp64 path then decides.
+    """
+    if cand.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return None
+    c = cand.float()
+    diff = (c - ref).abs_()
+    if not bool(torch.isfinite(diff).all()):  # NaN or Inf on either side: the fp64 path applies the rule
+        return None
+    suspect = torch.gt(diff, ref.abs().mul_(rtol).add_(atol).mul_(_FP32_MARGIN))
+    n_mismatch = 0
+    first_bad: int | None = None
+    if bool(suspect.any()):
+        where = torch.nonzero(suspect.reshape(-1)).reshape(-1)
+        c64 = c.reshape(-1)[where].double()
+        r64 = ref.reshape(-1)[where].double()
+        bad = (c64 - r64).abs() > atol + rtol * r64.abs()
+        n_mismatch = int(bad.sum())
+        if n_mismatch:
+            first_bad = int(where[bad.nonzero()[0, 0]])
+    del suspect
+    max_abs = float(diff.max()) if diff.numel() else None
+    nonzero_ref = ref != 0
+    max_rel = float(diff.div_(ref.abs()).masked_fill_(~nonzero_ref, 0).max()) if bool(nonzero_ref.any()) else None
+    diag: dict[str, Any] = {
+        "atol": atol,
+        "rtol": rtol,
+        "n_total": c.numel(),
+        "n_mismatch": n_mismatch,
+        "n_non_finite_mismatch": 0,
+        "candidate_dtype": str(cand.dtype),
+        "max_abs": max_abs,
+        "max_rel": max_rel,
+        # ulp distances cost 5x the rule itself; reported for tensors up to ULP_DIAGNOSTIC_LIMIT elements
+        "max_ulp": _max_ulp_all_finite(cand, ref) if c.numel() <= ULP_DIAGNOSTIC_LIMIT else None,
+    }
+    if first_bad is None:
+        return Comparison(True, None, diag)
+    index: list[int] = []
+    pos = first_bad
+    for size in reversed(c.shape):
+        index.append(pos % size)
+        pos //= size
+    diag["first_mismatch_index"] = list(reversed(index))
+    diag["first_mismatch_key"] = _key_of(diag["first_mismatch_index"], keys)
+    return Comparison(False, ReasonCode.TOLERANCE_EXCEEDED.value, diag)
+
+
 def _tolerance_check_dense(
     candidate: torch.Tensor,
     reference: torch.Tensor,
@@ -244,6 +314,9 @@ def _tolerance_check_dense(
         raise ComparatorError(f"tolerance_check: candidate dtype {candidate.dtype} is not floating point")
     cand = candidate.detach()
     ref = reference.detach().to(cand.device)
+    fast = _fast_tolerance(cand, ref, atol, rtol, keys)
+    if fast is not None:
+        return fast
     c = cand.to(torch.float64)
     r = ref.to(torch.float64)
     finite = torch.isfinite(c) & torch.isfinite(r)

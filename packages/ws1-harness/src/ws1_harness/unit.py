@@ -175,7 +175,9 @@ def run_unit(
     inputs = logical_inputs(adapter, fixture, case_id, pad_id, train)
     keys = inputs.keys
 
-    def execute(spec: LayoutSpec) -> LayoutRun:
+    scratch: dict[str, Tensor] = {}
+
+    def execute(spec: LayoutSpec, pool: dict[str, Tensor] | None = None) -> LayoutRun:
         return run_layout(
             cand.fn,
             adapter,
@@ -186,6 +188,7 @@ def run_unit(
             pad_id=pad_id,
             train=train and spec.kind == "training",
             param_rule=cand.param_grad_rule,
+            main_grad_pool=pool,
         )
 
     reference = run_reference(cand.reference, adapter, build_layout(fixture, canon_spec), inputs, train=train)
@@ -226,7 +229,7 @@ def run_unit(
     for spec in layout_specs:
         if spec.name == canon_spec.name:
             continue
-        run = execute(spec)
+        run = execute(spec, scratch)  # compared and dropped before the next layout reuses the buffers
         fwd_obs.merge(run.forward_obs)
         bwd_obs.merge(run.backward_obs)
         layout_info[run.layout] = {"kind": run.kind, "calls": run.n_calls}
