@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ws1_contract import Contract, ContractError, canonical_json, load_contract, sha256_fingerprint
 from ws1_contract_testkit import SOURCE
+
+from ws1_contract import Contract, ContractError, canonical_json, load_contract, sha256_fingerprint
 
 
 def _reverse_keys(obj: Any) -> Any:

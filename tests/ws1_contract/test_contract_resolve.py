@@ -6,6 +6,8 @@ import dataclasses
 from typing import Any
 
 import pytest
+from ws1_contract_testkit import SOURCE, cells, shipped_document
+
 from ws1_contract import (
     AggregateThresholds,
     ComparisonRole,
@@ -14,7 +16,6 @@ from ws1_contract import (
     ToleranceSpec,
     load_contract,
 )
-from ws1_contract_testkit import SOURCE, cells, shipped_document
 
 DOC = shipped_document()
 IN_SCOPE = [(j, c, d, cell) for j, c, d, cell in cells(DOC) if cell["status"] in ("applicable", "optional")]

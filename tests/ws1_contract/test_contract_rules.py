@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from ws1_contract import Contract, ContractError
 from ws1_contract_testkit import SOURCE, shipped_document
+
+from ws1_contract import Contract, ContractError
 
 Doc = dict[str, Any]
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
+
 from ws1_contract import ContractError, load_contract, load_schema, schema_names, validate_document
 
 

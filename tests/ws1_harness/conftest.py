@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from ws1_harness.cells import Cell, CellKey, ExpectedCell, expected_cells
-from ws1_harness.inventory import DIRECT_ITEMS
 from ws1_harness.evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef
+from ws1_harness.inventory import DIRECT_ITEMS
 
 JUDGMENTS = ("forward_accuracy", "forward_invariance", "gradient_accuracy", "gradient_invariance")
 
@@ -99,8 +100,13 @@ def write_synth(
     if synth.inventory and finalise:
         writer.set_inventory(
             [
-                {"profile": profile, "item": item, "verdict": synth.inventory_verdicts.get(item, "pass"),
-                 "source": "direct", "detail": "synthetic"}
+                {
+                    "profile": profile,
+                    "item": item,
+                    "verdict": synth.inventory_verdicts.get(item, "pass"),
+                    "source": "direct",
+                    "detail": "synthetic",
+                }
                 for profile in synth.profiles
                 for item in DIRECT_ITEMS
             ]

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import torch
+
 from ws1_kernels import LayoutContext, launches, registry
 from ws1_kernels.registry import Candidate
 
@@ -117,7 +118,9 @@ def hang(*args: object) -> Tensor:
         time.sleep(1.0)
 
 
-def broken(op: str, fn: Callable[..., Tensor], *, profile: str = "guard", extra_ops: frozenset[str] = frozenset()) -> Candidate:
+def broken(
+    op: str, fn: Callable[..., Tensor], *, profile: str = "guard", extra_ops: frozenset[str] = frozenset()
+) -> Candidate:
     """A portable candidate with its function replaced, declaring the same kernel id and ops (plus extras)."""
     base = portable(op)
     return replace(base, profile=profile, fn=fn, declared_ops=base.declared_ops | extra_ops)
@@ -125,14 +128,30 @@ def broken(op: str, fn: Callable[..., Tensor], *, profile: str = "guard", extra_
 
 def _broken_det_gemm_profile() -> tuple[str, list[Candidate]]:
     """Plug-in: portable everywhere except det_gemm, which mixes rows."""
-    cands = [replace(registry.resolve("portable_cpu", op, device="cpu"), profile="broken_det_gemm")
-             for op in ("rms_norm", "det_gemm", "silu")]
+    cands = [
+        replace(registry.resolve("portable_cpu", op, device="cpu"), profile="broken_det_gemm")
+        for op in ("rms_norm", "det_gemm", "silu")
+    ]
     # The plug-in declares the ops its row mixing dispatches (forward and backward), so the dispatch watch
     # stays quiet and only the invariance judgments can catch it.
-    mixing_ops = frozenset({"aten.add", "aten.clamp", "aten.mul", "aten.ge", "aten.le", "aten.logical_and_",
-                            "aten.scalar_tensor", "aten.slice_backward", "aten.sum", "aten.where"})
+    mixing_ops = frozenset(
+        {
+            "aten.add",
+            "aten.clamp",
+            "aten.mul",
+            "aten.ge",
+            "aten.le",
+            "aten.logical_and_",
+            "aten.scalar_tensor",
+            "aten.slice_backward",
+            "aten.sum",
+            "aten.where",
+        }
+    )
     cands = [
-        replace(c, fn=mix_rows(c.fn), declared_ops=c.declared_ops | mixing_ops) if c.operator == "det_gemm" else c
+        replace(c, fn=mix_rows(c.fn), declared_ops=c.declared_ops | mixing_ops)
+        if c.operator == "det_gemm"
+        else c
         for c in cands
     ]
     return "broken_det_gemm", cands

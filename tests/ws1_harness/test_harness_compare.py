@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+
 from ws1_harness.compare import (
     ComparatorError,
     Comparison,
@@ -214,3 +215,52 @@ def test_to_json_is_strict_json_with_non_finite_diagnostics() -> None:
     out = comp.to_json()
     assert out["diagnostics"]["max_abs"] == "inf" and out["diagnostics"]["max_rel"] == "nan"
     assert json.loads(json.dumps(out, allow_nan=False)) == out
+
+
+def test_fast_fp32_rule_agrees_with_fp64_rule_at_the_boundary() -> None:
+    """The fp32 fast path must give the fp64 rule's verdict element by element, right at the bound."""
+    import torch
+
+    from ws1_harness import compare as C
+
+    class Spec:
+        mode, atol, rtol = "tolerance", 5e-2, 2e-2
+
+    gen = torch.Generator().manual_seed(7)
+    ref = torch.randn(1 << 14, generator=gen)
+    bound = Spec.atol + Spec.rtol * ref.double().abs()
+    # candidates exactly on the bound and one fp32 step either side of it
+    on = (ref.double() + bound).float()
+    inside = torch.nextafter(on, ref)
+    outside = torch.nextafter(on, torch.full_like(on, float("inf")))
+    for cand in (on, inside, outside, ref + 1e-3):
+        fast = C._fast_tolerance(cand, ref, Spec.atol, Spec.rtol)
+        exact_bad = (cand.double() - ref.double()).abs() > Spec.atol + Spec.rtol * ref.double().abs()
+        assert fast is not None
+        assert fast.diagnostics["n_mismatch"] == int(exact_bad.sum())
+        assert fast.passed == (int(exact_bad.sum()) == 0)
+
+
+def test_large_tensors_are_compared_in_chunks_with_the_same_verdict() -> None:
+    import torch
+
+    from ws1_harness import compare as C
+
+    class Spec:
+        mode, atol, rtol = "tolerance", 1e-3, 0.0
+
+    ref = torch.zeros(64, 1024)
+    cand = ref.clone()
+    cand[50, 7] = 0.5
+    old = C.CHUNK_ELEMENTS
+    C.CHUNK_ELEMENTS = 4096
+    try:
+        chunked = C.tolerance_check(cand, ref, Spec(), keys=[(9, r) for r in range(64)])
+        bits = C.bitwise_equal(cand, ref)
+    finally:
+        C.CHUNK_ELEMENTS = old
+    assert not chunked.passed and chunked.diagnostics["chunks"] == 16
+    assert chunked.diagnostics["first_mismatch_index"] == [50, 7]
+    assert chunked.diagnostics["first_mismatch_key"] == [9, 50]
+    assert chunked.diagnostics["n_mismatch"] == 1
+    assert not bits.passed and bits.reason_code == "bits_differ"

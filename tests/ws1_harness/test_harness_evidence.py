@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from ws1_harness.cells import Cell, CellKey
 from ws1_harness.evidence import (
     EvidenceError,

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from ws1_harness.gate import EXIT_BAD_INPUT, EXIT_PASS, EXIT_PENDING, EXIT_RED, gate
 
 
@@ -234,11 +235,10 @@ def test_gate_red_on_any_open_inventory_verdict(factory, verdict: str) -> None:
 
 def test_gate_rederives_node_items_from_cells(factory, monkeypatch) -> None:
     """A red rope cell fails the rope inventory item even though no stored entry says so (trap 2)."""
+    import conftest
     from conftest import Synth
 
     from ws1_harness.cells import CellKey
-
-    import conftest
 
     spec = {"op_class": "elementwise", "differentiable": True, "optional": False, "layout_only": False}
     monkeypatch.setitem(conftest.OPERATOR_SPECS, "rope", spec)

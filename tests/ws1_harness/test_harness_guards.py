@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import guard_profiles as gp
 import pytest
 import torch
-from ws1_contract import load_contract
-from ws1_kernels import LayoutContext, launches, reference
-from ws1_workload import build_fixture, build_layout, load_manifest
 
-import guard_profiles as gp
+from ws1_contract import load_contract
 from ws1_harness.adapters import build_adapters
 from ws1_harness.unit import CandidateUnderTest, UnitResult, run_unit
+from ws1_kernels import LayoutContext, launches, reference
+from ws1_workload import build_fixture, build_layout, load_manifest
 
 MANIFEST = load_manifest()
 CONTRACT = load_contract()
@@ -88,7 +88,10 @@ def test_batch_size_dependent_gemm_is_red_on_invariance() -> None:
     result = judge("det_gemm", gp.split_k_small_batch, extra_ops=ops, kernels=frozenset({"guard.split_k"}))
     s = statuses(result)
     assert s["forward_invariance"] == ("red", "bits_differ"), s
-    assert s["forward_accuracy"] == ("green", None)  # accurate, but not invariant: the judgments are independent
+    assert s["forward_accuracy"] == (
+        "green",
+        None,
+    )  # accurate, but not invariant: the judgments are independent
 
 
 def test_undeclared_stock_op_is_red_even_with_identical_values() -> None:
@@ -151,11 +154,25 @@ def test_missing_backward_is_its_own_failure() -> None:
 
 def test_reference_must_be_fp32() -> None:
     base = gp.portable("silu")
-    cand = CandidateUnderTest("guard.silu", base.fn, lambda x, ctx: base.fn(x.to(torch.bfloat16), ctx),
-                              frozenset({base.kernel_id}), base.declared_ops, None)
+    cand = CandidateUnderTest(
+        "guard.silu",
+        base.fn,
+        lambda x, ctx: base.fn(x.to(torch.bfloat16), ctx),
+        frozenset({base.kernel_id}),
+        base.declared_ops,
+        None,
+    )
     with pytest.raises(Exception, match="fp32|float32|reference"):
-        run_unit(cand, ADAPTERS["silu"], FIXTURE, MANIFEST.layouts, CONTRACT, "elementwise",
-                 case_id="guard/ref", pad_id=MODEL.pad_id)
+        run_unit(
+            cand,
+            ADAPTERS["silu"],
+            FIXTURE,
+            MANIFEST.layouts,
+            CONTRACT,
+            "elementwise",
+            case_id="guard/ref",
+            pad_id=MODEL.pad_id,
+        )
 
 
 class _CallRecorder:
@@ -172,16 +189,32 @@ class _CallRecorder:
         return self.fn(*args)
 
 
-@pytest.mark.parametrize("layout_name", ["packed", "split_1", "split_half", "chunked", "padded_right", "decode"])
+@pytest.mark.parametrize(
+    "layout_name", ["packed", "split_1", "split_half", "chunked", "padded_right", "decode"]
+)
 def test_adapters_execute_the_physical_layout(layout_name: str) -> None:
     """B=N is one call, micro-batches and chunks split it, padding reaches the op (trap 3)."""
     spec = next(s for s in MANIFEST.layouts if s.name == layout_name)
     recorder = _CallRecorder(gp.portable("silu").fn)
     judge_specs = tuple(s for s in MANIFEST.layouts if s.name in ("packed", layout_name))
-    cand = CandidateUnderTest("guard.silu", recorder, reference.silu, frozenset({gp.portable("silu").kernel_id}),
-                              gp.portable("silu").declared_ops, None)
-    run_unit(cand, ADAPTERS["silu"], FIXTURE, judge_specs, CONTRACT, "elementwise", case_id="guard/calls",
-             pad_id=MODEL.pad_id)
+    cand = CandidateUnderTest(
+        "guard.silu",
+        recorder,
+        reference.silu,
+        frozenset({gp.portable("silu").kernel_id}),
+        gp.portable("silu").declared_ops,
+        None,
+    )
+    run_unit(
+        cand,
+        ADAPTERS["silu"],
+        FIXTURE,
+        judge_specs,
+        CONTRACT,
+        "elementwise",
+        case_id="guard/calls",
+        pad_id=MODEL.pad_id,
+    )
     layout = build_layout(FIXTURE, spec)
     n_samples = len(FIXTURE.samples)
     seen = recorder.calls if layout_name == "packed" else recorder.calls[1:]
@@ -207,10 +240,24 @@ def test_harness_judges_the_kernels_own_weight_gradient() -> None:
 
     native = registry.resolve("native_torch", "det_gemm", device="cpu")
     base = gp.portable("det_gemm")
-    cand = CandidateUnderTest("guard.det_gemm", native.fn, reference.det_gemm,
-                              frozenset({native.kernel_id}), native.declared_ops, base.param_grad_rule)
-    result = run_unit(cand, ADAPTERS["det_gemm"], FIXTURE, MANIFEST.layouts, CONTRACT, "gemm",
-                      case_id="guard/dw", pad_id=MODEL.pad_id)
+    cand = CandidateUnderTest(
+        "guard.det_gemm",
+        native.fn,
+        reference.det_gemm,
+        frozenset({native.kernel_id}),
+        native.declared_ops,
+        base.param_grad_rule,
+    )
+    result = run_unit(
+        cand,
+        ADAPTERS["det_gemm"],
+        FIXTURE,
+        MANIFEST.layouts,
+        CONTRACT,
+        "gemm",
+        case_id="guard/dw",
+        pad_id=MODEL.pad_id,
+    )
     acc = result.judgments["gradient_accuracy"]
     assert (acc.status, acc.reason_code) == ("red", "tolerance_exceeded")
     assert acc.diagnostics["d_weight"]["passed"] is False
@@ -221,9 +268,8 @@ def test_candidate_for_missing_hardware_is_pending_arch_not_red() -> None:
     """Trap 16: the arch a candidate needs is declared on the candidate; the harness gates on capability."""
     from dataclasses import replace
 
-    from ws1_kernels import registry
-
     from ws1_harness.tasks import UnitTask, execute_task
+    from ws1_kernels import registry
 
     sm90 = replace(gp.portable("silu"), profile="guard_sm90", device="cuda", min_arch="sm90")
     registry.register_profile("guard_sm90", [sm90], replace=True)

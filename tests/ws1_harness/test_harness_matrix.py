@@ -36,8 +36,19 @@ def cells_of(path: Path) -> dict[tuple[str, str, str], tuple[str, str | None]]:
 
 def test_plugin_with_one_broken_operator_turns_exactly_its_invariance_cells_red(tmp_path: Path) -> None:
     ops = ["rms_norm", "det_gemm", "silu"]
-    args = ["matrix", "--profile", "broken_det_gemm", "--candidates", "guard_profiles:BROKEN_DET_GEMM",
-            "--model", "tiny", "--tier", "primary", "--out", str(tmp_path)]
+    args = [
+        "matrix",
+        "--profile",
+        "broken_det_gemm",
+        "--candidates",
+        "guard_profiles:BROKEN_DET_GEMM",
+        "--model",
+        "tiny",
+        "--tier",
+        "primary",
+        "--out",
+        str(tmp_path),
+    ]
     for op in ops:
         args += ["--op", op]
     proc = ws1(*args, cwd=tmp_path)
@@ -55,8 +66,25 @@ def test_plugin_with_one_broken_operator_turns_exactly_its_invariance_cells_red(
 
 
 def test_hung_candidate_is_red_timeout_and_the_sweep_continues(tmp_path: Path) -> None:
-    args = ["matrix", "--profile", "hang_silu", "--candidates", "guard_profiles:HANG_SILU", "--model", "tiny",
-            "--tier", "short", "--op", "silu", "--op", "rms_norm", "--cell-timeout", "20", "--out", str(tmp_path)]
+    args = [
+        "matrix",
+        "--profile",
+        "hang_silu",
+        "--candidates",
+        "guard_profiles:HANG_SILU",
+        "--model",
+        "tiny",
+        "--tier",
+        "short",
+        "--op",
+        "silu",
+        "--op",
+        "rms_norm",
+        "--cell-timeout",
+        "20",
+        "--out",
+        str(tmp_path),
+    ]
     proc = ws1(*args, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     cells = cells_of(tmp_path / "hang_silu.json")
@@ -85,8 +113,22 @@ def test_bad_matrix_input_is_one_line_exit_2(tmp_path: Path, args: list[str], fr
 
 
 def test_shards_merge_to_the_full_cell_set_and_gate_green(tmp_path: Path) -> None:
-    base = ["--profile", "portable_cpu", "--model", "tiny", "--tier", "short", "--op", "silu", "--op", "rope",
-            "--op", "pack", "--out", str(tmp_path)]
+    base = [
+        "--profile",
+        "portable_cpu",
+        "--model",
+        "tiny",
+        "--tier",
+        "short",
+        "--op",
+        "silu",
+        "--op",
+        "rope",
+        "--op",
+        "pack",
+        "--out",
+        str(tmp_path),
+    ]
     for i in range(2):
         proc = ws1("matrix", *base, "--shard", f"{i}/2", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from ws1_harness.evidence import EvidenceError, write_evidence_json
 from ws1_harness.gate import EXIT_PASS, EXIT_RED, gate
 from ws1_harness.merge import MergeError, merge

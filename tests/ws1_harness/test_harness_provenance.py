@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from ws1_harness import provenance
 from ws1_harness.provenance import collect_provenance, git_state
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from ws1_harness.cells import Cell, CellError, CellKey, LayoutResult, expected_cells
 from ws1_harness.status import NA_REASONS, REASONS, CellStatus, StatusError, check_status_reason
 

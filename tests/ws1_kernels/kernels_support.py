@@ -12,6 +12,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 import torch
+
 from ws1_kernels import LayoutContext
 
 BF = torch.bfloat16

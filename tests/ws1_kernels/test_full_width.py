@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kernels_support import Batch, assert_bitwise, layout, make_case, run
+
 from ws1_kernels import registry
 
 FULL = dict(hidden=4096, vocab=151936, inter=12288, heads=32, kv_heads=8, head_dim=128, out=4096)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kernels_support import OP_CLASS, Batch, context, layout, make_case
+
 from ws1_kernels import KernelInputError, LayoutContext, reference, registry
 
 DIMS = dict(hidden=64, vocab=200, inter=48, heads=4, kv_heads=2, head_dim=16)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kernels_support import INFERENCE, OP_CLASS, TRAINING, Batch, assert_bitwise, bits, layout, make_case, run
+
 from ws1_kernels import registry
 
 DIMS = dict(hidden=192, vocab=1500, inter=160, heads=4, kv_heads=2, head_dim=64)

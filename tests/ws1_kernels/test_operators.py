@@ -15,6 +15,7 @@ from kernels_support import (
     run_reference,
     upstream,
 )
+
 from ws1_kernels import reference, registry
 
 DIMS = dict(hidden=256, vocab=1000, inter=384, heads=4, kv_heads=2, head_dim=64)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from kernels_support import INFERENCE, OP_CLASS, TRAINING, Batch, layout, make_case, run
 from torch.utils._python_dispatch import TorchDispatchMode
+
 from ws1_kernels import Candidate, CandidateUnavailable, RegistryError, launches, registry
 
 DIMS = dict(hidden=64, vocab=300, inter=48, heads=4, kv_heads=2, head_dim=32)

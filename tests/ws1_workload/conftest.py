@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
+
 from ws1_workload import Manifest, load_manifest, synthetic_weights
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,11 +56,20 @@ def hf_tiny(manifest: Manifest, tiny_weights: dict[str, torch.Tensor]) -> Any:
     transformers = pytest.importorskip("transformers")
     cfg = manifest.model("tiny")
     hc = transformers.Qwen3Config(
-        vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
-        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_eps, tie_word_embeddings=cfg.tie_word_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta}, attention_bias=False,
-        max_position_embeddings=4096, attn_implementation="eager")
+        vocab_size=cfg.vocab,
+        hidden_size=cfg.hidden,
+        intermediate_size=cfg.intermediate,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        rms_norm_eps=cfg.rms_eps,
+        tie_word_embeddings=cfg.tie_word_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+        attention_bias=False,
+        max_position_embeddings=4096,
+        attn_implementation="eager",
+    )
     model = transformers.Qwen3ForCausalLM(hc).float().eval()
     model.load_state_dict({k: v.float() for k, v in tiny_weights.items()}, strict=True)
     return model

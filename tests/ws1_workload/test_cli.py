@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from safetensors.torch import save_file
+
 from ws1_workload.cli import main
 
 
@@ -33,10 +34,14 @@ def test_describe_is_identical_across_processes(source_manifest):
     assert a.returncode == b.returncode == 0 and a.stdout == b.stdout
 
 
-@pytest.mark.parametrize("edit,needle", [
-    (lambda d: d.update(revision=3), "embeds revision 1"),
-    (lambda d: d["layouts"][0].update(kind="sometimes"), "kind"),
-], ids=["revision-mismatch", "schema-violation"])
+@pytest.mark.parametrize(
+    "edit,needle",
+    [
+        (lambda d: d.update(revision=3), "embeds revision 1"),
+        (lambda d: d["layouts"][0].update(kind="sometimes"), "kind"),
+    ],
+    ids=["revision-mismatch", "schema-violation"],
+)
 def test_bad_manifest_exits_2_with_one_line(write_manifest, edit, needle):
     res = _run("describe", "--manifest", str(write_manifest(edit)))
     assert res.returncode == 2 and res.stdout == ""

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import torch
+
 from ws1_workload import build_fixture, load_manifest
 from ws1_workload.digest import fixture_digest
 
@@ -42,10 +43,12 @@ def test_masks_ids_and_offsets(manifest):
 
 def test_fixture_bytes_identical_across_runs(manifest, source_manifest):
     here = {t: fixture_digest(build_fixture(manifest, t)) for t in manifest.tiers}
-    code = ("import json,sys; from ws1_workload import load_manifest, build_fixture;"
-            "from ws1_workload.digest import fixture_digest;"
-            f"m = load_manifest({str(source_manifest)!r});"
-            "print(json.dumps({t: fixture_digest(build_fixture(m, t)) for t in m.tiers}))")
+    code = (
+        "import json,sys; from ws1_workload import load_manifest, build_fixture;"
+        "from ws1_workload.digest import fixture_digest;"
+        f"m = load_manifest({str(source_manifest)!r});"
+        "print(json.dumps({t: fixture_digest(build_fixture(m, t)) for t in m.tiers}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert json.loads(out) == here
     assert len(set(here.values())) == len(here)

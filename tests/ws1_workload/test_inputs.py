@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from ws1_workload import WorkloadError, logical_tensor
 
 
@@ -22,8 +23,11 @@ def test_rows_depend_only_on_their_own_key():
 
 def test_case_name_and_key_all_matter():
     base = logical_tensor("case", "x", [(0, 1)], 64)
-    for other in (logical_tensor("case2", "x", [(0, 1)], 64), logical_tensor("case", "y", [(0, 1)], 64),
-                  logical_tensor("case", "x", [(1, 0)], 64)):
+    for other in (
+        logical_tensor("case2", "x", [(0, 1)], 64),
+        logical_tensor("case", "y", [(0, 1)], 64),
+        logical_tensor("case", "x", [(1, 0)], 64),
+    ):
         assert not torch.equal(base, other)
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from ws1_workload import LayoutError, LayoutSpec, build_fixture, build_layout, make_fixture, restore
 from ws1_workload.layouts import permutation
 
@@ -35,18 +36,22 @@ def fixtures_(draw):
     n = draw(st.integers(1, 6))
     lengths = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
     prompts = [draw(st.integers(0, n_)) for n_ in lengths]
-    return make_fixture(f"prop/{draw(st.integers(0, 10**6))}", lengths, prompts, pad_id=PAD_ID,
-                        token_id_limit=97)
+    return make_fixture(
+        f"prop/{draw(st.integers(0, 10**6))}", lengths, prompts, pad_id=PAD_ID, token_id_limit=97
+    )
 
 
 @st.composite
 def specs_(draw, num_samples):
     choice = draw(st.sampled_from(["packed", "split", "padded", "permuted", "chunked", "decode"]))
     if choice == "split":
-        return _spec("split", samples_per_call=draw(st.one_of(st.integers(1, num_samples + 1), st.just("half"))))
+        return _spec(
+            "split", samples_per_call=draw(st.one_of(st.integers(1, num_samples + 1), st.just("half")))
+        )
     if choice == "padded":
-        return _spec("padded", side=draw(st.sampled_from(["right", "left"])),
-                     pad_to_multiple=draw(st.integers(1, 16)))
+        return _spec(
+            "padded", side=draw(st.sampled_from(["right", "left"])), pad_to_multiple=draw(st.integers(1, 16))
+        )
     if choice == "permuted":
         return _spec("permuted", seed=draw(st.integers(0, 2**31)))
     if choice == "chunked":
@@ -84,8 +89,10 @@ def test_every_layout_round_trips(data):
     payload = [torch.randn(c.num_rows, 3).to(torch.bfloat16) for c in layout.calls]
     back = restore(layout, payload)
     token = torch.cat([c.sample_ids for c in layout.calls]) >= 0
-    assert torch.equal(torch.sort(back.view(torch.int16).flatten()).values,
-                       torch.sort(torch.cat(payload)[token].view(torch.int16).flatten()).values)
+    assert torch.equal(
+        torch.sort(back.view(torch.int16).flatten()).values,
+        torch.sort(torch.cat(payload)[token].view(torch.int16).flatten()).values,
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -93,7 +100,9 @@ def test_every_layout_round_trips(data):
 def test_missing_duplicate_and_extra_keys_raise(data):
     fx = data.draw(fixtures_())
     layout = build_layout(fx, data.draw(specs_(fx.num_samples)))
-    real = [(ci, r) for ci, c in enumerate(layout.calls) for r in range(c.num_rows) if int(c.sample_ids[r]) >= 0]
+    real = [
+        (ci, r) for ci, c in enumerate(layout.calls) for r in range(c.num_rows) if int(c.sample_ids[r]) >= 0
+    ]
     ci, r = data.draw(st.sampled_from(real))
     key = (int(layout.calls[ci].sample_ids[r]), int(layout.calls[ci].positions[r]))
 
@@ -136,15 +145,23 @@ def test_restore_checks_outputs(manifest):
 def test_manifest_layouts_on_primary(manifest):
     fx = build_fixture(manifest, "primary")
     lay = {s.name: build_layout(fx, s) for s in manifest.layouts}
-    assert len(lay["packed"].calls) == 1 and lay["packed"].calls[0].sample_ids.unique().tolist() == [0, 1, 2, 3]
+    assert len(lay["packed"].calls) == 1 and lay["packed"].calls[0].sample_ids.unique().tolist() == [
+        0,
+        1,
+        2,
+        3,
+    ]
     assert [c.sample_ids.unique().tolist() for c in lay["split_1"].calls] == [[0], [1], [2], [3]]
     assert [c.sample_ids.unique().tolist() for c in lay["split_half"].calls] == [[0, 1], [2, 3]]
     right, left = lay["padded_right"].calls[0], lay["padded_left"].calls[0]
     assert right.grid == left.grid == (4, 24)
     grid_r, grid_l = right.sample_ids.view(4, 24), left.sample_ids.view(4, 24)
     assert grid_r[0, 10] == 0 and grid_r[0, 11] == -1 and grid_l[0, 12] == -1 and grid_l[0, 13] == 0
-    order = [s for i, s in enumerate(lay["permuted"].calls[0].sample_ids.tolist())
-             if i == 0 or lay["permuted"].calls[0].sample_ids[i - 1] != s]
+    order = [
+        s
+        for i, s in enumerate(lay["permuted"].calls[0].sample_ids.tolist())
+        if i == 0 or lay["permuted"].calls[0].sample_ids[i - 1] != s
+    ]
     assert sorted(order) == [0, 1, 2, 3] and order != [0, 1, 2, 3]
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from ws1_contract import load_schema
 from ws1_workload import CHAIN_NODES, WorkloadError, load_manifest
 from ws1_workload.manifest import TIERS
@@ -24,13 +25,26 @@ def test_schema_is_strict_draft_2020_12(repo_root):
     assert schema["properties"]["schema_version"] == {"const": 1}
     assert schema["additionalProperties"] is False
     assert (repo_root / "contracts" / "manifest.schema.json").read_text() == (
-        repo_root / "packages/ws1-contract/src/ws1_contract/data/manifest.schema.json").read_text()
+        repo_root / "packages/ws1-contract/src/ws1_contract/data/manifest.schema.json"
+    ).read_text()
 
 
 def test_full_model_pin(manifest):
     cfg = manifest.model("qwen3-8b")
-    got = (cfg.num_layers, cfg.hidden, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate,
-           cfg.vocab, cfg.rope_theta, cfg.rms_eps, cfg.qk_norm, cfg.tie_word_embeddings, cfg.scale)
+    got = (
+        cfg.num_layers,
+        cfg.hidden,
+        cfg.num_heads,
+        cfg.num_kv_heads,
+        cfg.head_dim,
+        cfg.intermediate,
+        cfg.vocab,
+        cfg.rope_theta,
+        cfg.rms_eps,
+        cfg.qk_norm,
+        cfg.tie_word_embeddings,
+        cfg.scale,
+    )
     assert got == (36, 4096, 32, 8, 128, 12288, 151936, 1e6, 1e-6, True, False, "full")
 
 
@@ -48,20 +62,42 @@ def test_tiers_layouts_and_operators(manifest):
     kinds = {s.name: (s.kind, s.type) for s in manifest.layouts}
     assert kinds["packed"] == ("training", "packed")
     assert kinds["chunked"] == ("inference", "chunked") and kinds["decode"] == ("inference", "decode")
-    assert {s.type for s in manifest.layouts} == {"packed", "split", "padded", "permuted", "chunked", "decode"}
+    assert {s.type for s in manifest.layouts} == {
+        "packed",
+        "split",
+        "padded",
+        "permuted",
+        "chunked",
+        "decode",
+    }
     assert {s.params.get("side") for s in manifest.layouts if s.type == "padded"} == {"right", "left"}
     assert tuple(manifest.operators) == CHAIN_NODES
     classes = {n: op.op_class for n, op in manifest.operators.items()}
-    assert classes == {"embedding": "elementwise", "rms_norm": "reduction", "qk_norm": "reduction",
-                       "det_gemm": "gemm", "rope": "elementwise", "attention": "attention", "silu": "elementwise",
-                       "swiglu": "elementwise", "lm_head": "gemm", "logp": "logprob", "linear_logp": "logprob",
-                       "pack": None}
+    assert classes == {
+        "embedding": "elementwise",
+        "rms_norm": "reduction",
+        "qk_norm": "reduction",
+        "det_gemm": "gemm",
+        "rope": "elementwise",
+        "attention": "attention",
+        "silu": "elementwise",
+        "swiglu": "elementwise",
+        "lm_head": "gemm",
+        "logp": "logprob",
+        "linear_logp": "logprob",
+        "pack": None,
+    }
     assert manifest.operators["pack"].layout_only and manifest.operators["linear_logp"].optional
 
 
 def test_profiles_name_a_candidate_for_every_kernel_node(manifest):
-    assert set(manifest.profiles) == {"portable_cpu", "native_torch", "triton_cuda_bf16", "cuda_bf16",
-                                      "cuda_bf16_sm90"}
+    assert set(manifest.profiles) == {
+        "portable_cpu",
+        "native_torch",
+        "triton_cuda_bf16",
+        "cuda_bf16",
+        "cuda_bf16_sm90",
+    }
     kernel_nodes = {n for n, op in manifest.operators.items() if not op.layout_only}
     for name, prof in manifest.profiles.items():
         assert set(prof.nodes) == kernel_nodes
@@ -93,30 +129,54 @@ def test_revision_mismatch_is_an_error(write_manifest):
     _raises(write_manifest(lambda d: d.update(revision=2)), "embeds revision 1")
 
 
-@pytest.mark.parametrize("edit,needle", [
-    (lambda d: d.update(extra_key=1), "extra_key"),
-    (lambda d: d.update(schema_version=2), "schema_version"),
-    (lambda d: d["models"]["tiny"].pop("vocab"), "vocab"),
-    (lambda d: d["layouts"].append({"name": "bad", "kind": "training", "type": "chunked",
-                                    "params": {"chunk_size": 5}}), "layouts"),
-    (lambda d: d["operators"]["pack"].update(op_class="gemm"), "pack"),
-], ids=["unknown-key", "schema-version", "missing-field", "chunked-as-training", "layout-only-op-class"])
+@pytest.mark.parametrize(
+    "edit,needle",
+    [
+        (lambda d: d.update(extra_key=1), "extra_key"),
+        (lambda d: d.update(schema_version=2), "schema_version"),
+        (lambda d: d["models"]["tiny"].pop("vocab"), "vocab"),
+        (
+            lambda d: d["layouts"].append(
+                {"name": "bad", "kind": "training", "type": "chunked", "params": {"chunk_size": 5}}
+            ),
+            "layouts",
+        ),
+        (lambda d: d["operators"]["pack"].update(op_class="gemm"), "pack"),
+    ],
+    ids=["unknown-key", "schema-version", "missing-field", "chunked-as-training", "layout-only-op-class"],
+)
 def test_schema_violations(write_manifest, edit, needle):
     _raises(write_manifest(edit), needle)
 
 
-@pytest.mark.parametrize("edit,needle", [
-    (lambda d: d["fixtures"].update(token_id_limit=6000), "outside the vocab"),
-    (lambda d: d["models"]["tiny"].update(num_kv_heads=3), "not a multiple"),
-    (lambda d: d["fixtures"]["tiers"]["short"]["samples"][0].update(prompt_len=8), "no completion token"),
-    (lambda d: d["layouts"][6]["params"].update(chunk_size=8), "fewer than 2 chunks"),
-    (lambda d: d["operators"].pop("silu"), "missing ['silu']"),
-    (lambda d: d["profiles"]["portable_cpu"]["nodes"].pop("rope"), "missing ['rope']"),
-    (lambda d: d["profiles"]["cuda_bf16"]["nodes"]["rope"].update(candidate_id="cuda_bf16.silu"), "must be"),
-    (lambda d: d["profiles"]["cuda_bf16"]["nodes"]["rope"].update(arch=None), "arch"),
-    (lambda d: d["layouts"].append(copy.deepcopy(d["layouts"][0])), "duplicate layout"),
-], ids=["token-limit", "gqa", "no-completion", "one-chunk", "missing-op", "missing-node", "candidate-id",
-        "cuda-arch", "dup-layout"])
+@pytest.mark.parametrize(
+    "edit,needle",
+    [
+        (lambda d: d["fixtures"].update(token_id_limit=6000), "outside the vocab"),
+        (lambda d: d["models"]["tiny"].update(num_kv_heads=3), "not a multiple"),
+        (lambda d: d["fixtures"]["tiers"]["short"]["samples"][0].update(prompt_len=8), "no completion token"),
+        (lambda d: d["layouts"][6]["params"].update(chunk_size=8), "fewer than 2 chunks"),
+        (lambda d: d["operators"].pop("silu"), "missing ['silu']"),
+        (lambda d: d["profiles"]["portable_cpu"]["nodes"].pop("rope"), "missing ['rope']"),
+        (
+            lambda d: d["profiles"]["cuda_bf16"]["nodes"]["rope"].update(candidate_id="cuda_bf16.silu"),
+            "must be",
+        ),
+        (lambda d: d["profiles"]["cuda_bf16"]["nodes"]["rope"].update(arch=None), "arch"),
+        (lambda d: d["layouts"].append(copy.deepcopy(d["layouts"][0])), "duplicate layout"),
+    ],
+    ids=[
+        "token-limit",
+        "gqa",
+        "no-completion",
+        "one-chunk",
+        "missing-op",
+        "missing-node",
+        "candidate-id",
+        "cuda-arch",
+        "dup-layout",
+    ],
+)
 def test_semantic_violations(write_manifest, edit, needle):
     _raises(write_manifest(edit), needle)
 
@@ -132,8 +192,11 @@ def test_yaml_errors_are_one_line(tmp_path, source_manifest):
 
 
 def test_unknown_names_raise(manifest):
-    for call in (lambda: manifest.model("qwen3-9b"), lambda: manifest.samples("huge"),
-                 lambda: manifest.layout("zigzag")):
+    for call in (
+        lambda: manifest.model("qwen3-9b"),
+        lambda: manifest.samples("huge"),
+        lambda: manifest.layout("zigzag"),
+    ):
         with pytest.raises(WorkloadError):
             call()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from ws1_workload import LayoutError, WorkloadError, build_fixture, build_layout, reference_chain
 from ws1_workload.reference import tf32_off
 

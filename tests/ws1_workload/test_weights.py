@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
+
 from ws1_workload import WorkloadError, content_sha256, load_checkpoint, synthetic_weights, tensor_shapes
 from ws1_workload.weights import generate_tensor, verify_checkpoint
 

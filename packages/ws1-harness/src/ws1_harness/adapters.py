@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
 from ws1_workload import ModelConfig
 
 Tensor = torch.Tensor

@@ -261,7 +261,9 @@ def _fast_tolerance(
     del suspect
     max_abs = float(diff.max()) if diff.numel() else None
     nonzero_ref = ref != 0
-    max_rel = float(diff.div_(ref.abs()).masked_fill_(~nonzero_ref, 0).max()) if bool(nonzero_ref.any()) else None
+    max_rel = (
+        float(diff.div_(ref.abs()).masked_fill_(~nonzero_ref, 0).max()) if bool(nonzero_ref.any()) else None
+    )
     diag: dict[str, Any] = {
         "atol": atol,
         "rtol": rtol,

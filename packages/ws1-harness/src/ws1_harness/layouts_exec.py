@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
+
 from ws1_kernels import LayoutContext
 from ws1_workload import Fixture, Layout, PhysicalCall, restore
 

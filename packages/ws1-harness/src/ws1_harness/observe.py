@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
+
 from ws1_kernels import launches
 
 # Ops that only move or view data, or build tensors; dispatched by autograd's own bookkeeping around any

@@ -58,6 +58,9 @@ class Provenance:
     platform: str
     argv: tuple[str, ...]
     packages: tuple[tuple[str, str], ...]
+    # Set when code built for one arch ran on another (sm86 PTX JIT-compiled on an sm_90 card): such evidence
+    # is a proxy and must never be read as a run on the named arch.
+    arch_proxy: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -160,4 +163,5 @@ def collect_provenance(argv: Sequence[str] | None = None) -> Provenance:
         platform=platform.platform(),
         argv=tuple(sys.argv if argv is None else argv),
         packages=tuple((p, _version(p)) for p in _PACKAGES),
+        arch_proxy=os.environ.get("WS1_ARCH_PROXY") or None,
     )

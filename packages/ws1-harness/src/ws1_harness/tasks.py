@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 import torch
+
 from ws1_contract import Contract, load_contract
 from ws1_kernels import reference, registry
 from ws1_workload import Manifest, build_fixture, load_manifest

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from ws1_contract import Contract
 from ws1_workload import Fixture, LayoutSpec, build_layout, logical_tensor
 

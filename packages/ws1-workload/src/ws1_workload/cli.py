@@ -28,10 +28,17 @@ def _describe(m: Manifest) -> dict[str, Any]:
     for name, cfg in m.models.items():
         pin = m.weights(name)
         models[name] = {
-            "scale": cfg.scale, "num_layers": cfg.num_layers, "hidden": cfg.hidden, "num_heads": cfg.num_heads,
-            "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim, "intermediate": cfg.intermediate,
-            "vocab": cfg.vocab, "synthetic_content_sha256": pin.content_sha256,
-            "synthetic_subset_tensors": len(pin.subset_sha256 or {}), "checkpoint_sha256": pin.checkpoint_sha256,
+            "scale": cfg.scale,
+            "num_layers": cfg.num_layers,
+            "hidden": cfg.hidden,
+            "num_heads": cfg.num_heads,
+            "num_kv_heads": cfg.num_kv_heads,
+            "head_dim": cfg.head_dim,
+            "intermediate": cfg.intermediate,
+            "vocab": cfg.vocab,
+            "synthetic_content_sha256": pin.content_sha256,
+            "synthetic_subset_tensors": len(pin.subset_sha256 or {}),
+            "checkpoint_sha256": pin.checkpoint_sha256,
         }
     tiers = {}
     for tier in m.tiers:
@@ -39,19 +46,40 @@ def _describe(m: Manifest) -> dict[str, Any]:
         layouts = {}
         for spec in m.layouts:
             lay = build_layout(fx, spec)
-            layouts[spec.name] = {"kind": lay.kind, "type": lay.type, "calls": len(lay.calls),
-                                  "rows": sum(c.num_rows for c in lay.calls), "digest": layout_digest(lay)}
-        tiers[tier] = {"case_id": fx.case_id, "samples": fx.num_samples, "tokens": fx.total_tokens,
-                       "lengths": [s.length for s in fx.samples], "prompt_lens": [s.prompt_len for s in fx.samples],
-                       "completion_tokens": int(fx.active.sum()), "scored_positions": int(fx.scored.sum()),
-                       "digest": fixture_digest(fx), "layouts": layouts}
+            layouts[spec.name] = {
+                "kind": lay.kind,
+                "type": lay.type,
+                "calls": len(lay.calls),
+                "rows": sum(c.num_rows for c in lay.calls),
+                "digest": layout_digest(lay),
+            }
+        tiers[tier] = {
+            "case_id": fx.case_id,
+            "samples": fx.num_samples,
+            "tokens": fx.total_tokens,
+            "lengths": [s.length for s in fx.samples],
+            "prompt_lens": [s.prompt_len for s in fx.samples],
+            "completion_tokens": int(fx.active.sum()),
+            "scored_positions": int(fx.scored.sum()),
+            "digest": fixture_digest(fx),
+            "layouts": layouts,
+        }
     return {
-        "manifest": m.source, "workload_id": m.workload_id, "revision": m.revision, "fingerprint": m.fingerprint,
-        "models": models, "tiers": tiers,
+        "manifest": m.source,
+        "workload_id": m.workload_id,
+        "revision": m.revision,
+        "fingerprint": m.fingerprint,
+        "models": models,
+        "tiers": tiers,
         "operators": {n: op.op_class for n, op in m.operators.items()},
-        "profiles": {n: {"device": p.device, "param_grad_rule": p.param_grad_rule,
-                         "nodes": {op: [nd.candidate_id, nd.kernel_id, nd.arch] for op, nd in p.nodes.items()}}
-                     for n, p in m.profiles.items()},
+        "profiles": {
+            n: {
+                "device": p.device,
+                "param_grad_rule": p.param_grad_rule,
+                "nodes": {op: [nd.candidate_id, nd.kernel_id, nd.arch] for op, nd in p.nodes.items()},
+            }
+            for n, p in m.profiles.items()
+        },
     }
 
 
@@ -60,19 +88,27 @@ def _print_text(d: dict[str, Any]) -> None:
     print(f"manifest {d['manifest']}")
     for name, md in d["models"].items():
         pin = md["synthetic_content_sha256"] or f"subset of {md['synthetic_subset_tensors']} tensors"
-        print(f"model {name} ({md['scale']}): layers {md['num_layers']} hidden {md['hidden']} heads "
-              f"{md['num_heads']}/{md['num_kv_heads']} head_dim {md['head_dim']} intermediate {md['intermediate']} "
-              f"vocab {md['vocab']}; synthetic weights {pin}; checkpoint {md['checkpoint_sha256']}")
+        print(
+            f"model {name} ({md['scale']}): layers {md['num_layers']} hidden {md['hidden']} heads "
+            f"{md['num_heads']}/{md['num_kv_heads']} head_dim {md['head_dim']} intermediate {md['intermediate']} "
+            f"vocab {md['vocab']}; synthetic weights {pin}; checkpoint {md['checkpoint_sha256']}"
+        )
     for tier, td in d["tiers"].items():
-        print(f"tier {tier}: case {td['case_id']}, {td['samples']} samples, {td['tokens']} tokens, lengths "
-              f"{td['lengths']}, prompts {td['prompt_lens']}, {td['scored_positions']} scored; fixture {td['digest']}")
+        print(
+            f"tier {tier}: case {td['case_id']}, {td['samples']} samples, {td['tokens']} tokens, lengths "
+            f"{td['lengths']}, prompts {td['prompt_lens']}, {td['scored_positions']} scored; fixture {td['digest']}"
+        )
         for lname, ld in td["layouts"].items():
-            print(f"  layout {lname:<13} {ld['kind']:<9} {ld['type']:<8} {ld['calls']:>4} calls {ld['rows']:>5} rows  "
-                  f"{ld['digest']}")
+            print(
+                f"  layout {lname:<13} {ld['kind']:<9} {ld['type']:<8} {ld['calls']:>4} calls {ld['rows']:>5} rows  "
+                f"{ld['digest']}"
+            )
     print("operators: " + ", ".join(f"{n}={c}" for n, c in d["operators"].items()))
     for name, pd in d["profiles"].items():
-        print(f"profile {name}: device {pd['device']}, param grads {pd['param_grad_rule']}, "
-              f"{len(pd['nodes'])} nodes")
+        print(
+            f"profile {name}: device {pd['device']}, param grads {pd['param_grad_rule']}, "
+            f"{len(pd['nodes'])} nodes"
+        )
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
@@ -87,8 +123,10 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest)
     rep = verify_checkpoint(args.path, m, args.model)
-    print(f"ok: {rep.path}: model {rep.model}, {rep.num_tensors} tensors, content {rep.content_sha256} "
-          f"matches the {rep.matched} pin")
+    print(
+        f"ok: {rep.path}: model {rep.model}, {rep.num_tensors} tensors, content {rep.content_sha256} "
+        f"matches the {rep.matched} pin"
+    )
     return 0
 
 
@@ -117,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--model", default="qwen3-8b")
     v.add_argument("--manifest", default=None)
     v.set_defaults(func=_cmd_verify)
-    h = sub.add_parser("hash-synthetic", help="content hash of the synthetic weights (to pin in the manifest)")
+    h = sub.add_parser(
+        "hash-synthetic", help="content hash of the synthetic weights (to pin in the manifest)"
+    )
     h.add_argument("--model", default="tiny")
     h.add_argument("--manifest", default=None)
     h.add_argument("--tensor", action="append", help="hash only these tensors (repeatable)")

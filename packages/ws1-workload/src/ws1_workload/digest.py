@@ -17,8 +17,16 @@ def fixture_record(fx: Fixture) -> dict[str, Any]:
     return {
         "case_id": fx.case_id,
         "pad_id": fx.pad_id,
-        "samples": [{"sample_id": s.sample_id, "length": s.length, "prompt_len": s.prompt_len,
-                     "token_ids": s.token_ids.tolist(), "active": s.active.tolist()} for s in fx.samples],
+        "samples": [
+            {
+                "sample_id": s.sample_id,
+                "length": s.length,
+                "prompt_len": s.prompt_len,
+                "token_ids": s.token_ids.tolist(),
+                "active": s.active.tolist(),
+            }
+            for s in fx.samples
+        ],
     }
 
 
@@ -32,10 +40,17 @@ def layout_record(layout: Layout) -> dict[str, Any]:
         "kind": layout.kind,
         "type": layout.type,
         "fixture": fixture_digest(layout.fixture),
-        "calls": [{"index": c.index, "grid": list(c.grid) if c.grid is not None else None,
-                   "prefix_lengths": sorted([int(s), int(p)] for s, p in c.prefix_lengths.items()),
-                   "sample_ids": c.sample_ids.tolist(), "positions": c.positions.tolist(),
-                   "token_ids": c.token_ids.tolist()} for c in layout.calls],
+        "calls": [
+            {
+                "index": c.index,
+                "grid": list(c.grid) if c.grid is not None else None,
+                "prefix_lengths": sorted([int(s), int(p)] for s, p in c.prefix_lengths.items()),
+                "sample_ids": c.sample_ids.tolist(),
+                "positions": c.positions.tolist(),
+                "token_ids": c.token_ids.tolist(),
+            }
+            for c in layout.calls
+        ],
     }
 
 

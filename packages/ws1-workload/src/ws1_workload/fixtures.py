@@ -83,8 +83,15 @@ class Fixture:
         return self.samples[sample_id]
 
 
-def make_fixture(case_id: str, lengths: Sequence[int], prompt_lens: Sequence[int], *, pad_id: int,
-                 token_id_limit: int, tier: str = "custom") -> Fixture:
+def make_fixture(
+    case_id: str,
+    lengths: Sequence[int],
+    prompt_lens: Sequence[int],
+    *,
+    pad_id: int,
+    token_id_limit: int,
+    tier: str = "custom",
+) -> Fixture:
     """Build a fixture from explicit lengths (sample ids 0..N-1); token ids in [0, limit) without pad_id."""
     if len(lengths) != len(prompt_lens) or not lengths:
         raise WorkloadError(f"fixture {case_id}: need as many prompt lengths as lengths, at least one")
@@ -101,13 +108,20 @@ def make_fixture(case_id: str, lengths: Sequence[int], prompt_lens: Sequence[int
             ids.append(r + 1 if 0 <= pad_id <= r else r)
         tokens = torch.tensor(ids, dtype=torch.int64)
         active = torch.arange(length) >= prompt
-        samples.append(Sample(sample_id=sid, length=length, prompt_len=prompt, token_ids=tokens, active=active))
+        samples.append(
+            Sample(sample_id=sid, length=length, prompt_len=prompt, token_ids=tokens, active=active)
+        )
     return Fixture(tier=tier, case_id=case_id, samples=tuple(samples), pad_id=pad_id)
 
 
 def build_fixture(manifest: Manifest, tier: str) -> Fixture:
     """The fixture of one tier; case id `<workload_id>/<tier>`."""
     specs = manifest.samples(tier)
-    return make_fixture(f"{manifest.workload_id}/{tier}", [s.length for s in specs],
-                        [s.prompt_len for s in specs], pad_id=manifest.pad_id,
-                        token_id_limit=manifest.token_id_limit, tier=tier)
+    return make_fixture(
+        f"{manifest.workload_id}/{tier}",
+        [s.length for s in specs],
+        [s.prompt_len for s in specs],
+        pad_id=manifest.pad_id,
+        token_id_limit=manifest.token_id_limit,
+        tier=tier,
+    )

@@ -63,8 +63,13 @@ def round_to_bf16(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def logical_tensor(case_id: str, name: str, logical_keys: Sequence[Any], row_shape: Sequence[int] | int,
-                   dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def logical_tensor(
+    case_id: str,
+    name: str,
+    logical_keys: Sequence[Any],
+    row_shape: Sequence[int] | int,
+    dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
     """Tensor [len(logical_keys), *row_shape]; row r depends only on (case_id, name, logical_keys[r]).
 
     Values are N(0, 1) draws rounded to bf16, never zero, returned in `dtype` (bf16, fp32 or fp64 exactly;

@@ -52,15 +52,24 @@ class Layout:
 Row = tuple[int, int] | None  # (sample_id, position) or a pad
 
 
-def _make_call(fx: Fixture, index: int, rows: Sequence[Row], prefix: Mapping[int, int],
-               grid: tuple[int, int] | None = None) -> PhysicalCall:
+def _make_call(
+    fx: Fixture,
+    index: int,
+    rows: Sequence[Row],
+    prefix: Mapping[int, int],
+    grid: tuple[int, int] | None = None,
+) -> PhysicalCall:
     sids = [PAD if r is None else r[0] for r in rows]
     pos = [PAD if r is None else r[1] for r in rows]
     toks = [fx.pad_id if r is None else int(fx.samples[r[0]].token_ids[r[1]]) for r in rows]
-    return PhysicalCall(index=index, sample_ids=torch.tensor(sids, dtype=torch.int64),
-                        positions=torch.tensor(pos, dtype=torch.int64),
-                        token_ids=torch.tensor(toks, dtype=torch.int64), grid=grid,
-                        prefix_lengths=MappingProxyType(dict(prefix)))
+    return PhysicalCall(
+        index=index,
+        sample_ids=torch.tensor(sids, dtype=torch.int64),
+        positions=torch.tensor(pos, dtype=torch.int64),
+        token_ids=torch.tensor(toks, dtype=torch.int64),
+        grid=grid,
+        prefix_lengths=MappingProxyType(dict(prefix)),
+    )
 
 
 def _whole(fx: Fixture, sids: Sequence[int]) -> list[Row]:
@@ -76,7 +85,9 @@ def _param(spec: LayoutSpec, key: str) -> object:
 def _int_param(spec: LayoutSpec, key: str, minimum: int = 1) -> int:
     value = _param(spec, key)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise LayoutError(f"layout {spec.name!r}: parameter {key!r} must be an integer >= {minimum}, got {value!r}")
+        raise LayoutError(
+            f"layout {spec.name!r}: parameter {key!r} must be an integer >= {minimum}, got {value!r}"
+        )
     return value
 
 
@@ -100,7 +111,7 @@ def build_layout(fx: Fixture, spec: LayoutSpec) -> Layout:
         raw = _param(spec, "samples_per_call")
         per = max(1, math.ceil(n / 2)) if raw == "half" else _int_param(spec, "samples_per_call")
         for i, start in enumerate(range(0, n, per)):
-            group = ids[start:start + per]
+            group = ids[start : start + per]
             calls.append(_make_call(fx, i, _whole(fx, group), dict.fromkeys(group, 0)))
     elif spec.type == "padded":
         side = _param(spec, "side")

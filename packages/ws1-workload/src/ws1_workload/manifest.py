@@ -23,8 +23,18 @@ from .errors import WorkloadError
 
 #: The chain nodes of the Qwen3 dense forward, in chain order. The manifest must declare exactly these.
 CHAIN_NODES: tuple[str, ...] = (
-    "embedding", "rms_norm", "qk_norm", "det_gemm", "rope", "attention", "silu", "swiglu", "lm_head", "logp",
-    "linear_logp", "pack",
+    "embedding",
+    "rms_norm",
+    "qk_norm",
+    "det_gemm",
+    "rope",
+    "attention",
+    "silu",
+    "swiglu",
+    "lm_head",
+    "logp",
+    "linear_logp",
+    "pack",
 )
 TIERS: tuple[str, ...] = ("short", "primary", "long")
 PACKAGED_MANIFEST = "qwen3-8b-dense.yaml"
@@ -134,7 +144,9 @@ class Manifest:
 
     def model(self, name: str) -> ModelConfig:
         if name not in self.models:
-            raise WorkloadError(f"unknown model {name!r} (known: {', '.join(sorted(self.models))})", self.source)
+            raise WorkloadError(
+                f"unknown model {name!r} (known: {', '.join(sorted(self.models))})", self.source
+            )
         return self.models[name]
 
     def weights(self, name: str) -> WeightPin:
@@ -162,8 +174,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark)
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
@@ -207,8 +218,11 @@ def _build(doc: dict[str, Any], source: str) -> Manifest:
     workload_id = str(doc["workload_id"])
     embedded = int(workload_id.rsplit(".r", 1)[1])
     if embedded != revision:
-        raise _fail(source, "$.workload_id",
-                    f"workload id {workload_id!r} embeds revision {embedded}, manifest revision is {revision}")
+        raise _fail(
+            source,
+            "$.workload_id",
+            f"workload id {workload_id!r} embeds revision {embedded}, manifest revision is {revision}",
+        )
 
     fx = doc["fixtures"]
     pad_id, limit = int(fx["pad_id"]), int(fx["token_id_limit"])
@@ -217,25 +231,44 @@ def _build(doc: dict[str, Any], source: str) -> Manifest:
     for name, md in doc["models"].items():
         where = f"$.models.{name}"
         if md["num_heads"] % md["num_kv_heads"]:
-            raise _fail(source, where, f"num_heads {md['num_heads']} is not a multiple of num_kv_heads "
-                                       f"{md['num_kv_heads']}")
+            raise _fail(
+                source,
+                where,
+                f"num_heads {md['num_heads']} is not a multiple of num_kv_heads {md['num_kv_heads']}",
+            )
         if pad_id >= md["vocab"] or limit > md["vocab"]:
-            raise _fail(source, "$.fixtures", f"pad_id {pad_id} / token_id_limit {limit} outside the vocab "
-                                              f"{md['vocab']} of model {name!r}")
+            raise _fail(
+                source,
+                "$.fixtures",
+                f"pad_id {pad_id} / token_id_limit {limit} outside the vocab {md['vocab']} of model {name!r}",
+            )
         models[name] = ModelConfig(
-            name=name, num_layers=md["num_layers"], hidden=md["hidden"], num_heads=md["num_heads"],
-            num_kv_heads=md["num_kv_heads"], head_dim=md["head_dim"], intermediate=md["intermediate"],
-            vocab=md["vocab"], rope_theta=float(md["rope_theta"]), rms_eps=float(md["rms_eps"]),
-            qk_norm=bool(md["qk_norm"]), tie_word_embeddings=bool(md["tie_word_embeddings"]), pad_id=pad_id,
-            scale=md["scale"])
+            name=name,
+            num_layers=md["num_layers"],
+            hidden=md["hidden"],
+            num_heads=md["num_heads"],
+            num_kv_heads=md["num_kv_heads"],
+            head_dim=md["head_dim"],
+            intermediate=md["intermediate"],
+            vocab=md["vocab"],
+            rope_theta=float(md["rope_theta"]),
+            rms_eps=float(md["rms_eps"]),
+            qk_norm=bool(md["qk_norm"]),
+            tie_word_embeddings=bool(md["tie_word_embeddings"]),
+            pad_id=pad_id,
+            scale=md["scale"],
+        )
         w, syn = md["weights"], md["weights"]["synthetic"]
         subset = syn.get("subset_sha256")
         pins[name] = WeightPin(
-            model=name, dtype=w["dtype"], seed=int(syn["seed"]), init=InitSpec(**{k: float(v) for k, v in
-                                                                                  syn["init"].items()}),
+            model=name,
+            dtype=w["dtype"],
+            seed=int(syn["seed"]),
+            init=InitSpec(**{k: float(v) for k, v in syn["init"].items()}),
             content_sha256=syn.get("content_sha256"),
             subset_sha256=MappingProxyType(dict(subset)) if subset is not None else None,
-            checkpoint_sha256=w["checkpoint_sha256"])
+            checkpoint_sha256=w["checkpoint_sha256"],
+        )
     if not any(cfg.scale == "full" for cfg in models.values()):
         raise _fail(source, "$.models", "no model has scale 'full'")
 
@@ -244,8 +277,11 @@ def _build(doc: dict[str, Any], source: str) -> Manifest:
         specs = []
         for i, s in enumerate(fx["tiers"][tier]["samples"]):
             if s["prompt_len"] >= s["length"]:
-                raise _fail(source, f"$.fixtures.tiers.{tier}.samples[{i}]",
-                            f"prompt_len {s['prompt_len']} leaves no completion token in length {s['length']}")
+                raise _fail(
+                    source,
+                    f"$.fixtures.tiers.{tier}.samples[{i}]",
+                    f"prompt_len {s['prompt_len']} leaves no completion token in length {s['length']}",
+                )
             specs.append(SampleSpec(length=int(s["length"]), prompt_len=int(s["prompt_len"])))
         tier_samples[tier] = tuple(specs)
 
@@ -261,11 +297,16 @@ def _build(doc: dict[str, Any], source: str) -> Manifest:
             for tier, tier_specs in tier_samples.items():
                 longest = max(s.length for s in tier_specs)
                 if math.ceil(longest / size) < 2:
-                    raise _fail(source, where, f"chunk_size {size} gives fewer than 2 chunks on tier {tier!r}")
+                    raise _fail(
+                        source, where, f"chunk_size {size} gives fewer than 2 chunks on tier {tier!r}"
+                    )
                 if all(s.length % size == 0 for s in tier_specs):
                     raise _fail(source, where, f"chunk_size {size} divides every length of tier {tier!r}")
-        layouts.append(LayoutSpec(name=ld["name"], kind=ld["kind"], type=ld["type"],
-                                  params=MappingProxyType(dict(ld["params"]))))
+        layouts.append(
+            LayoutSpec(
+                name=ld["name"], kind=ld["kind"], type=ld["type"], params=MappingProxyType(dict(ld["params"]))
+            )
+        )
     if not any(spec.type == "packed" for spec in layouts):
         raise _fail(source, "$.layouts", "no canonical 'packed' layout")
 
@@ -273,9 +314,16 @@ def _build(doc: dict[str, Any], source: str) -> Manifest:
     if set(ops_doc) != set(CHAIN_NODES):
         missing, extra = sorted(set(CHAIN_NODES) - set(ops_doc)), sorted(set(ops_doc) - set(CHAIN_NODES))
         raise _fail(source, "$.operators", f"chain nodes differ: missing {missing}, unknown {extra}")
-    operators = {name: OperatorSpec(name=name, op_class=od["op_class"], differentiable=od["differentiable"],
-                                    optional=od["optional"], layout_only=od["layout_only"])
-                 for name, od in ops_doc.items()}
+    operators = {
+        name: OperatorSpec(
+            name=name,
+            op_class=od["op_class"],
+            differentiable=od["differentiable"],
+            optional=od["optional"],
+            layout_only=od["layout_only"],
+        )
+        for name, od in ops_doc.items()
+    }
     kernel_nodes = {name for name, op in operators.items() if not op.layout_only}
 
     profiles: dict[str, ProfileSpec] = {}
@@ -284,24 +332,45 @@ def _build(doc: dict[str, Any], source: str) -> Manifest:
         if set(pd["nodes"]) != kernel_nodes:
             missing = sorted(kernel_nodes - set(pd["nodes"]))
             extra = sorted(set(pd["nodes"]) - kernel_nodes)
-            raise _fail(source, f"{where}.nodes", f"nodes must be the non-layout-only operators: missing "
-                                                  f"{missing}, unexpected {extra}")
+            raise _fail(
+                source,
+                f"{where}.nodes",
+                f"nodes must be the non-layout-only operators: missing {missing}, unexpected {extra}",
+            )
         nodes = {}
         for op, nd in pd["nodes"].items():
             if nd["candidate_id"] != f"{pname}.{op}":
-                raise _fail(source, f"{where}.nodes.{op}", f"candidate_id {nd['candidate_id']!r} must be "
-                                                           f"'{pname}.{op}'")
+                raise _fail(
+                    source,
+                    f"{where}.nodes.{op}",
+                    f"candidate_id {nd['candidate_id']!r} must be '{pname}.{op}'",
+                )
             if pd["device"] == "cpu" and nd["arch"] is not None:
                 raise _fail(source, f"{where}.nodes.{op}", f"a cpu profile cannot need arch {nd['arch']!r}")
             if pd["device"] == "cuda" and nd["arch"] is None:
                 raise _fail(source, f"{where}.nodes.{op}", "a cuda profile must name the arch it needs")
             nodes[op] = NodeSpec(candidate_id=nd["candidate_id"], kernel_id=nd["kernel_id"], arch=nd["arch"])
-        profiles[pname] = ProfileSpec(name=pname, device=pd["device"], nodes=MappingProxyType(nodes),
-                                      param_grad_rule=pd["param_grad_rule"])
+        profiles[pname] = ProfileSpec(
+            name=pname,
+            device=pd["device"],
+            nodes=MappingProxyType(nodes),
+            param_grad_rule=pd["param_grad_rule"],
+        )
 
     return Manifest(
-        source=source, document=MappingProxyType(doc), revision=revision, workload_id=workload_id,
-        fingerprint=_fingerprint(doc), description=str(doc["description"]), pad_id=pad_id, token_id_limit=limit,
-        tiers=TIERS, tier_samples=MappingProxyType(tier_samples), layouts=tuple(layouts),
-        operators=MappingProxyType(operators), profiles=MappingProxyType(profiles),
-        models=MappingProxyType(models), weight_pins=MappingProxyType(pins))
+        source=source,
+        document=MappingProxyType(doc),
+        revision=revision,
+        workload_id=workload_id,
+        fingerprint=_fingerprint(doc),
+        description=str(doc["description"]),
+        pad_id=pad_id,
+        token_id_limit=limit,
+        tiers=TIERS,
+        tier_samples=MappingProxyType(tier_samples),
+        layouts=tuple(layouts),
+        operators=MappingProxyType(operators),
+        profiles=MappingProxyType(profiles),
+        models=MappingProxyType(models),
+        weight_pins=MappingProxyType(pins),
+    )

@@ -25,8 +25,11 @@ from .weights import check_weights
 @contextlib.contextmanager
 def tf32_off() -> Iterator[None]:
     """Disable TF32 (matmul and cuDNN) and force highest fp32 matmul precision; restore on exit."""
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             torch.get_float32_matmul_precision())
+    saved = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.get_float32_matmul_precision(),
+    )
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
@@ -101,8 +104,14 @@ class _Chain:
     def p(self, name: str) -> torch.Tensor:
         return self.w[name].to(device=self.device, dtype=torch.float32)
 
-    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: PhysicalCall,
-                  cache: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    def attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        call: PhysicalCall,
+        cache: dict[int, tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
         cfg = self.cfg
         group = cfg.num_heads // cfg.num_kv_heads
         out = torch.zeros_like(q)
@@ -110,23 +119,26 @@ class _Chain:
             prefix = call.prefix_lengths[s]
             pk, pv = cache.get(s, (k[:0], v[:0]))
             if pk.shape[0] != prefix:
-                raise LayoutError(f"call {call.index}: sample {s} expects a key prefix of {prefix}, the cache "
-                                  f"holds {pk.shape[0]}")
-            keys = torch.cat([pk, k[first:first + n]])
-            vals = torch.cat([pv, v[first:first + n]])
+                raise LayoutError(
+                    f"call {call.index}: sample {s} expects a key prefix of {prefix}, the cache "
+                    f"holds {pk.shape[0]}"
+                )
+            keys = torch.cat([pk, k[first : first + n]])
+            vals = torch.cat([pv, v[first : first + n]])
             cache[s] = (keys, vals)
-            qh = q[first:first + n].transpose(0, 1)  # [Hq, n, D]
+            qh = q[first : first + n].transpose(0, 1)  # [Hq, n, D]
             kh = keys.repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, P+n, D]
             vh = vals.repeat_interleave(group, dim=1).transpose(0, 1)
-            scores = (qh @ kh.transpose(1, 2)) * (cfg.head_dim ** -0.5)
+            scores = (qh @ kh.transpose(1, 2)) * (cfg.head_dim**-0.5)
             qpos = torch.arange(prefix, prefix + n, device=q.device)[:, None]
             kpos = torch.arange(prefix + n, device=q.device)[None, :]
             scores = scores.masked_fill(kpos > qpos, float("-inf"))
-            out[first:first + n] = (torch.softmax(scores, dim=-1) @ vh).transpose(0, 1)
+            out[first : first + n] = (torch.softmax(scores, dim=-1) @ vh).transpose(0, 1)
         return out
 
-    def call(self, fx: Fixture, call: PhysicalCall, caches: list[dict[int, tuple[torch.Tensor, torch.Tensor]]]
-             ) -> torch.Tensor:
+    def call(
+        self, fx: Fixture, call: PhysicalCall, caches: list[dict[int, tuple[torch.Tensor, torch.Tensor]]]
+    ) -> torch.Tensor:
         cfg, dev = self.cfg, self.device
         t = call.num_rows
         ids = call.token_ids.to(dev)
@@ -166,8 +178,12 @@ def _last_rows(fx: Fixture, call: PhysicalCall) -> torch.Tensor:
     return (sids >= 0) & (call.positions == lengths[sids.clamp(min=0)] - 1)
 
 
-def reference_chain(layout: Layout, model: ModelConfig, weights: Mapping[str, torch.Tensor],
-                    device: str | torch.device | None = None) -> torch.Tensor:
+def reference_chain(
+    layout: Layout,
+    model: ModelConfig,
+    weights: Mapping[str, torch.Tensor],
+    device: str | torch.device | None = None,
+) -> torch.Tensor:
     """fp32 selected-token logprobs [total_tokens] in logical order (see module docstring for the convention)."""
     check_weights(model, weights)
     dev = torch.device(device) if device is not None else next(iter(weights.values())).device

@@ -38,14 +38,16 @@ def logical_rows(layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
     in_range &= (p >= 0) & (p < lengths[s.clamp(0, len(fx.samples) - 1)])
     if not bool(in_range.all()):
         i = int((~in_range).nonzero()[0])
-        raise LayoutError(f"layout {layout.name!r}: extra key ({int(s[i])}, {int(p[i])}) not in fixture "
-                          f"{fx.case_id}")
+        raise LayoutError(
+            f"layout {layout.name!r}: extra key ({int(s[i])}, {int(p[i])}) not in fixture {fx.case_id}"
+        )
     index = offsets[s] + p
     counts = torch.bincount(index, minlength=fx.total_tokens)
     if bool((counts > 1).any()):
         row = int((counts > 1).nonzero()[0])
-        raise LayoutError(f"layout {layout.name!r}: duplicate key {fx.logical_keys[row]} "
-                          f"({int(counts[row])} physical rows)")
+        raise LayoutError(
+            f"layout {layout.name!r}: duplicate key {fx.logical_keys[row]} ({int(counts[row])} physical rows)"
+        )
     if bool((counts == 0).any()):
         row = int((counts == 0).nonzero()[0])
         raise LayoutError(f"layout {layout.name!r}: missing key {fx.logical_keys[row]}")
@@ -59,13 +61,19 @@ def restore(layout: Layout, outputs: Sequence[torch.Tensor]) -> torch.Tensor:
     first = outputs[0]
     for call, out in zip(layout.calls, outputs, strict=True):
         if out.dim() == 0 or out.shape[0] != call.num_rows:
-            raise LayoutError(f"layout {layout.name!r}: call {call.index} has {call.num_rows} rows, output has "
-                              f"shape {tuple(out.shape)}")
+            raise LayoutError(
+                f"layout {layout.name!r}: call {call.index} has {call.num_rows} rows, output has "
+                f"shape {tuple(out.shape)}"
+            )
         if out.shape[1:] != first.shape[1:] or out.dtype != first.dtype or out.device != first.device:
-            raise LayoutError(f"layout {layout.name!r}: call {call.index} output {tuple(out.shape)} {out.dtype} "
-                              f"differs from call 0 output {tuple(first.shape)} {first.dtype}")
+            raise LayoutError(
+                f"layout {layout.name!r}: call {call.index} output {tuple(out.shape)} {out.dtype} "
+                f"differs from call 0 output {tuple(first.shape)} {first.dtype}"
+            )
     token, index = logical_rows(layout)
     flat = torch.cat(list(outputs))
-    result = torch.empty((layout.fixture.total_tokens, *first.shape[1:]), dtype=first.dtype, device=first.device)
+    result = torch.empty(
+        (layout.fixture.total_tokens, *first.shape[1:]), dtype=first.dtype, device=first.device
+    )
     result[index.to(first.device)] = flat[token.to(first.device)]
     return result

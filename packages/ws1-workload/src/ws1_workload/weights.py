@@ -34,17 +34,19 @@ def tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         shapes["lm_head.weight"] = (cfg.vocab, cfg.hidden)
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}."
-        shapes.update({
-            p + "input_layernorm.weight": (cfg.hidden,),
-            p + "self_attn.q_proj.weight": (q_out, cfg.hidden),
-            p + "self_attn.k_proj.weight": (kv_out, cfg.hidden),
-            p + "self_attn.v_proj.weight": (kv_out, cfg.hidden),
-            p + "self_attn.o_proj.weight": (cfg.hidden, q_out),
-            p + "post_attention_layernorm.weight": (cfg.hidden,),
-            p + "mlp.gate_proj.weight": (cfg.intermediate, cfg.hidden),
-            p + "mlp.up_proj.weight": (cfg.intermediate, cfg.hidden),
-            p + "mlp.down_proj.weight": (cfg.hidden, cfg.intermediate),
-        })
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (cfg.hidden,),
+                p + "self_attn.q_proj.weight": (q_out, cfg.hidden),
+                p + "self_attn.k_proj.weight": (kv_out, cfg.hidden),
+                p + "self_attn.v_proj.weight": (kv_out, cfg.hidden),
+                p + "self_attn.o_proj.weight": (cfg.hidden, q_out),
+                p + "post_attention_layernorm.weight": (cfg.hidden,),
+                p + "mlp.gate_proj.weight": (cfg.intermediate, cfg.hidden),
+                p + "mlp.up_proj.weight": (cfg.intermediate, cfg.hidden),
+                p + "mlp.down_proj.weight": (cfg.hidden, cfg.intermediate),
+            }
+        )
         if cfg.qk_norm:
             shapes[p + "self_attn.q_norm.weight"] = (cfg.head_dim,)
             shapes[p + "self_attn.k_norm.weight"] = (cfg.head_dim,)
@@ -65,8 +67,9 @@ def generate_tensor(pin: WeightPin, name: str, shape: tuple[int, ...]) -> torch.
     return round_to_bf16(x).to(_DTYPES[pin.dtype])
 
 
-def iter_synthetic_weights(manifest: Manifest, model: str, names: Iterable[str] | None = None
-                           ) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_synthetic_weights(
+    manifest: Manifest, model: str, names: Iterable[str] | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) in sorted name order, generated one at a time."""
     shapes = tensor_shapes(manifest.model(model))
     pin = manifest.weights(model)
@@ -77,16 +80,18 @@ def iter_synthetic_weights(manifest: Manifest, model: str, names: Iterable[str] 
         yield name, generate_tensor(pin, name, shapes[name])
 
 
-def synthetic_weights(manifest: Manifest, model: str = "tiny", names: Iterable[str] | None = None
-                      ) -> dict[str, torch.Tensor]:
+def synthetic_weights(
+    manifest: Manifest, model: str = "tiny", names: Iterable[str] | None = None
+) -> dict[str, torch.Tensor]:
     """All (or the named) synthetic tensors of `model` as bf16, keyed by HF name."""
     return dict(iter_synthetic_weights(manifest, model, names))
 
 
 def _record_header(name: str, tensor: torch.Tensor) -> bytes:
     dtype = str(tensor.dtype).removeprefix("torch.")
-    head = json.dumps({"dtype": dtype, "name": name, "shape": list(tensor.shape)}, sort_keys=True,
-                      separators=(",", ":"))
+    head = json.dumps(
+        {"dtype": dtype, "name": name, "shape": list(tensor.shape)}, sort_keys=True, separators=(",", ":")
+    )
     return head.encode("utf-8") + b"\n"
 
 
@@ -166,11 +171,14 @@ def _index(path: Path) -> dict[str, Path]:
             with safe_open(str(f), framework="pt") as handle:
                 names = list(handle.keys())
         except Exception as exc:  # safetensors raises its own error types for bad headers
-            raise WorkloadError(f"unreadable safetensors file: {exc.__class__.__name__}: {exc}", str(f)) from None
+            raise WorkloadError(
+                f"unreadable safetensors file: {exc.__class__.__name__}: {exc}", str(f)
+            ) from None
         for name in names:
             if name in where:
-                raise WorkloadError(f"tensor {name!r} appears in two shards ({where[name].name}, {f.name})",
-                                    str(path))
+                raise WorkloadError(
+                    f"tensor {name!r} appears in two shards ({where[name].name}, {f.name})", str(path)
+                )
             where[name] = f
     return where
 
@@ -182,28 +190,33 @@ def _iter_checkpoint(path: Path, cfg: ModelConfig, dtype: torch.dtype) -> Iterat
     where = _index(path)
     missing, extra = sorted(set(shapes) - set(where)), sorted(set(where) - set(shapes))
     if missing:
-        raise WorkloadError(f"missing tensor {missing[0]!r} ({len(missing)} missing) for model {cfg.name!r}",
-                            str(path))
+        raise WorkloadError(
+            f"missing tensor {missing[0]!r} ({len(missing)} missing) for model {cfg.name!r}", str(path)
+        )
     if extra:
-        raise WorkloadError(f"unexpected tensor {extra[0]!r} ({len(extra)} extra) for model {cfg.name!r}",
-                            str(path))
+        raise WorkloadError(
+            f"unexpected tensor {extra[0]!r} ({len(extra)} extra) for model {cfg.name!r}", str(path)
+        )
     for name in shapes:
         try:
             with safe_open(str(where[name]), framework="pt") as handle:
                 tensor = handle.get_tensor(name)
         except Exception as exc:
-            raise WorkloadError(f"cannot read tensor {name!r}: {exc.__class__.__name__}: {exc}",
-                                str(where[name])) from None
+            raise WorkloadError(
+                f"cannot read tensor {name!r}: {exc.__class__.__name__}: {exc}", str(where[name])
+            ) from None
         if tuple(tensor.shape) != shapes[name]:
-            raise WorkloadError(f"tensor {name!r} has shape {tuple(tensor.shape)}, expected {shapes[name]}",
-                                str(path))
+            raise WorkloadError(
+                f"tensor {name!r} has shape {tuple(tensor.shape)}, expected {shapes[name]}", str(path)
+            )
         if tensor.dtype != dtype:
             raise WorkloadError(f"tensor {name!r} has dtype {tensor.dtype}, expected {dtype}", str(path))
         yield name, tensor
 
 
-def _judge(path: Path, model: str, pin: WeightPin, digest: str, subset_ok: bool | None, count: int
-           ) -> CheckpointReport:
+def _judge(
+    path: Path, model: str, pin: WeightPin, digest: str, subset_ok: bool | None, count: int
+) -> CheckpointReport:
     if pin.checkpoint_sha256 is not None and digest == pin.checkpoint_sha256:
         matched = "checkpoint"
     elif pin.content_sha256 is not None and digest == pin.content_sha256:
@@ -212,12 +225,14 @@ def _judge(path: Path, model: str, pin: WeightPin, digest: str, subset_ok: bool 
         matched = "synthetic_subset"
     else:
         raise WorkloadError(f"content hash {digest} matches no pin of model {model!r}", str(path))
-    return CheckpointReport(path=str(path), model=model, content_sha256=digest, matched=matched,
-                            num_tensors=count)
+    return CheckpointReport(
+        path=str(path), model=model, content_sha256=digest, matched=matched, num_tensors=count
+    )
 
 
-def _read(path: str | Path, manifest: Manifest, model: str, keep: bool
-          ) -> tuple[CheckpointReport, dict[str, torch.Tensor]]:
+def _read(
+    path: str | Path, manifest: Manifest, model: str, keep: bool
+) -> tuple[CheckpointReport, dict[str, torch.Tensor]]:
     p = Path(path)
     cfg, pin = manifest.model(model), manifest.weights(model)
     hasher = ContentHasher()

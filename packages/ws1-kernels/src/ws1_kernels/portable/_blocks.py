@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import weakref
+
 import torch
 
 from ..context import Segment
@@ -114,3 +116,33 @@ def check_main_grad(where: str, weight: torch.Tensor) -> None:
         not isinstance(mg, torch.Tensor) or mg.dtype != torch.float32 or mg.shape != weight.shape
     ):
         raise KernelInputError(f"{where}: weight.main_grad must be fp32 of shape {tuple(weight.shape)}")
+
+
+# One fp32 copy of the last large weight seen, valid while that tensor lives and is not modified: decode and
+# micro-batch layouts call lm_head many times with one weight, and converting [151936, 4096] bf16 to fp32
+# cost ~1 s per call on two cores. The copy holds the same values as `weight[c0:c1].float()`, so the bits of
+# every result are unchanged. Keyed on the tensor's identity (a weak reference, never a reused address),
+# storage pointer, shape, stride and version counter (which in-place writes bump, views included).
+_FP32_CACHE: dict[str, tuple[object, tuple[int, tuple[int, ...], tuple[int, ...], int], torch.Tensor]] = {}
+
+
+def fp32_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``weight.float()``, cached for the life and version of ``weight``."""
+    if weight.dtype == torch.float32:
+        return weight
+    key = (weight.data_ptr(), tuple(weight.shape), tuple(weight.stride()), weight._version)
+    entry = _FP32_CACHE.get("weight")
+    if entry is not None:
+        ref, cached_key, copy = entry
+        if ref() is not None and cached_key == key:  # type: ignore[operator]
+            return copy
+    _FP32_CACHE.pop("weight", None)  # free the old copy before making the new one
+    copy = weight.detach().float()
+    _FP32_CACHE["weight"] = (weakref.ref(weight, _drop_cache_entry), key, copy)
+    return copy
+
+
+def _drop_cache_entry(ref: object) -> None:
+    entry = _FP32_CACHE.get("weight")
+    if entry is not None and entry[0] is ref:
+        _FP32_CACHE.pop("weight", None)

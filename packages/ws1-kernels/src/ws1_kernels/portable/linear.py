@@ -18,6 +18,7 @@ from ._blocks import (
     WGRAD_COL_BLOCK,
     blocked_mm,
     check_main_grad,
+    fp32_weight,
     gather_blocks,
     main_grad_of,
     pad_rows,
@@ -30,7 +31,7 @@ def linear_forward_fp32_chunks(x_pad: torch.Tensor, weight: torch.Tensor):
     n = weight.shape[0]
     for c0 in range(0, n, VOCAB_BLOCK):
         c1 = min(n, c0 + VOCAB_BLOCK)
-        wc = weight[c0:c1].float()
+        wc = fp32_weight(weight)[c0:c1]
         yield c0, c1, wc, blocked_mm(x_pad, wc.t())
 
 
@@ -84,7 +85,7 @@ class _Linear(torch.autograd.Function):
             acc = torch.zeros((dy_pad.shape[0], x.shape[1]), dtype=torch.float32, device=x.device)
             for c0 in range(0, weight.shape[0], VOCAB_BLOCK):
                 c1 = min(weight.shape[0], c0 + VOCAB_BLOCK)
-                dx_accumulate(acc, dy_pad[:, c0:c1], weight[c0:c1].float())
+                dx_accumulate(acc, dy_pad[:, c0:c1], fp32_weight(weight)[c0:c1])
             dx = acc[:t].to(torch.bfloat16)
         if need_w:
             index = wgrad_index(ctx.lctx.segments, zero_row=t)

@@ -1,0 +1,37 @@
+"""The fp32 weight cache of portable_cpu never serves stale values."""
+
+from __future__ import annotations
+
+import torch
+
+from ws1_kernels.portable._blocks import fp32_weight
+
+
+def test_cache_returns_the_same_values_as_a_fresh_conversion() -> None:
+    w = torch.randn(64, 32).to(torch.bfloat16)
+    first = fp32_weight(w)
+    assert torch.equal(first.view(torch.int32), w.float().view(torch.int32))
+    assert fp32_weight(w) is first  # cached while the tensor lives unchanged
+
+
+def test_in_place_write_invalidates_the_cache() -> None:
+    w = torch.randn(64, 32).to(torch.bfloat16)
+    before = fp32_weight(w).clone()
+    w.add_(1.0)
+    after = fp32_weight(w)
+    assert not torch.equal(before, after)
+    assert torch.equal(after, w.float())
+
+
+def test_write_through_a_view_invalidates_the_cache() -> None:
+    w = torch.randn(64, 32).to(torch.bfloat16)
+    fp32_weight(w)
+    w[3:5].mul_(2.0)  # views share the version counter
+    assert torch.equal(fp32_weight(w), w.float())
+
+
+def test_a_new_tensor_never_sees_the_copy_of_a_dead_one() -> None:
+    for seed in range(5):
+        w = torch.randn(64, 32, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+        assert torch.equal(fp32_weight(w), w.float())
+        del w
