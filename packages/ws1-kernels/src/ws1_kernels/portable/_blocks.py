@@ -18,9 +18,8 @@ the best total over the manifest's primary-tier layouts (47 row blocks at RB=16,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import weakref
+from collections.abc import Iterator
 
 import torch
 
