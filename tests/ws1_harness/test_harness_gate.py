@@ -215,9 +215,7 @@ def test_gate_accepts_a_loaded_document(factory) -> None:
 
 
 def test_gate_red_when_inventory_is_missing(factory) -> None:
-    from conftest import Synth
-
-    writer, _ = factory.write("noinv", Synth(inventory=False))
+    writer, _ = factory.write("noinv", factory.Synth(inventory=False))
     result = gate(writer.path)
     assert result.exit_code == 1
     assert any(p.code == "inventory_missing" for p in result.problems)
@@ -225,9 +223,7 @@ def test_gate_red_when_inventory_is_missing(factory) -> None:
 
 @pytest.mark.parametrize("verdict", ["fail", "not_run"])
 def test_gate_red_on_any_open_inventory_verdict(factory, verdict: str) -> None:
-    from conftest import Synth
-
-    writer, _ = factory.write("openinv", Synth(inventory_verdicts={"dtype_cast": verdict}))
+    writer, _ = factory.write("openinv", factory.Synth(inventory_verdicts={"dtype_cast": verdict}))
     result = gate(writer.path)
     assert result.exit_code == 1
     assert [p.code for p in result.problems] == ["inventory_open"]
@@ -235,15 +231,12 @@ def test_gate_red_on_any_open_inventory_verdict(factory, verdict: str) -> None:
 
 def test_gate_rederives_node_items_from_cells(factory, monkeypatch) -> None:
     """A red rope cell fails the rope inventory item even though no stored entry says so (trap 2)."""
-    import conftest
-    from conftest import Synth
-
     from ws1_harness.cells import CellKey
 
     spec = {"op_class": "elementwise", "differentiable": True, "optional": False, "layout_only": False}
-    monkeypatch.setitem(conftest.OPERATOR_SPECS, "rope", spec)
+    monkeypatch.setitem(factory.operator_specs, "rope", spec)  # the very dict the synthetic writer reads
     key = CellKey("portable_cpu", "rope", "short", "gradient_invariance")
-    synth = Synth(operators=("rms_norm", "rope"), overrides={key: ("red", "bits_differ")})
+    synth = factory.Synth(operators=("rms_norm", "rope"), overrides={key: ("red", "bits_differ")})
     writer, _ = factory.write("noderope", synth)
     result = gate(writer.path)
     codes = sorted(p.code for p in result.problems)
