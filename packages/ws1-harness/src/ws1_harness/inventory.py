@@ -49,8 +49,3 @@ def node_verdicts(cells: Iterable[Mapping[str, Any]], profile: str) -> dict[str,
         detail = "; ".join(bad) if bad else f"{len(own)} cells green"
         out[item] = InventoryItem(item, verdict, "matrix", detail)
     return out
-
-
-def open_items(items: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Items whose verdict is anything but `pass` (trap 2: every other verdict keeps the gate red)."""
-    return [f"{i['item']}={i['verdict']}" for i in items if i.get("verdict") != "pass"]

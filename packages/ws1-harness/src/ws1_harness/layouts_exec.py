@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ws1_kernels import LayoutContext
-from ws1_workload import Fixture, Layout, PhysicalCall, restore
+from ws1_workload import Layout, PhysicalCall, restore
 
 from .adapters import OperatorAdapter
 from .observe import Observation, observe
@@ -147,7 +147,6 @@ def _read_param_grads(params: Mapping[str, Tensor], rule: str | None) -> dict[st
 def run_layout(
     fn: Callable[..., Tensor],
     adapter: OperatorAdapter,
-    fixture: Fixture,
     layout: Layout,
     inputs: LogicalInputs,
     *,

@@ -20,7 +20,7 @@ from typing import Any
 
 from ws1_contract import load_contract
 from ws1_kernels import registry
-from ws1_workload import load_manifest
+from ws1_workload import Manifest, load_manifest
 
 from .cells import Cell, CellKey, LayoutResult, expected_cells
 from .evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef
@@ -39,6 +39,7 @@ class MatrixInputError(ValueError):
 
 @dataclass(frozen=True)
 class Plan:
+    manifest: Manifest
     profile: str
     operators: tuple[str, ...]
     tiers: tuple[str, ...]
@@ -84,7 +85,7 @@ def plan(args: argparse.Namespace) -> Plan:
     if args.shard is not None:
         index, count = args.shard
         tasks = tasks[index::count]
-    return Plan(args.profile, operators, tiers, tuple(tasks), args.shard)
+    return Plan(manifest, args.profile, operators, tiers, tuple(tasks), args.shard)
 
 
 def _cell(record: dict[str, Any], required: bool) -> Cell:
@@ -148,11 +149,8 @@ def evidence_path(out: Path, profile: str, shard: tuple[int, int] | None) -> Pat
 
 def run_matrix(args: argparse.Namespace) -> int:
     """The `ws1 matrix` command."""
-    try:
-        p = plan(args)
-    except MatrixInputError:
-        raise
-    manifest = load_manifest(None)
+    p = plan(args)
+    manifest = p.manifest
     contract = load_contract(None)
     tier_labels = tuple(t if args.model == FULL_MODEL else f"{t}@{args.model}" for t in p.tiers)
     axes = Axes.build([p.profile], p.operators, tier_labels, JUDGMENTS, manifest.operators)

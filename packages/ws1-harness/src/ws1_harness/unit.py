@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ws1_contract import Contract
-from ws1_workload import Fixture, LayoutSpec, build_layout, logical_tensor
+from ws1_workload import Fixture, Layout, LayoutSpec, build_layout, logical_tensor
 
 from .adapters import OperatorAdapter, make_param
 from .compare import Comparison, bitwise_equal, tolerance_check
@@ -178,22 +178,22 @@ def run_unit(
 
     scratch: dict[str, Tensor] = {}
 
-    def execute(spec: LayoutSpec, pool: dict[str, Tensor] | None = None) -> LayoutRun:
+    def execute(layout: Layout, pool: dict[str, Tensor] | None = None) -> LayoutRun:
         return run_layout(
             cand.fn,
             adapter,
-            fixture,
-            build_layout(fixture, spec),
+            layout,
             inputs,
             case_id=case_id,
             pad_id=pad_id,
-            train=train and spec.kind == "training",
+            train=train and layout.kind == "training",
             param_rule=cand.param_grad_rule,
             main_grad_pool=pool,
         )
 
-    reference = run_reference(cand.reference, adapter, build_layout(fixture, canon_spec), inputs, train=train)
-    canon = execute(canon_spec)
+    canon_layout = build_layout(fixture, canon_spec)
+    reference = run_reference(cand.reference, adapter, canon_layout, inputs, train=train)
+    canon = execute(canon_layout)
     fwd_obs, bwd_obs = Observation(), Observation()
     fwd_obs.merge(canon.forward_obs)
     bwd_obs.merge(canon.backward_obs)
@@ -230,7 +230,9 @@ def run_unit(
     for spec in layout_specs:
         if spec.name == canon_spec.name:
             continue
-        run = execute(spec, scratch)  # compared and dropped before the next layout reuses the buffers
+        run = execute(
+            build_layout(fixture, spec), scratch
+        )  # compared and dropped before the buffers are reused
         fwd_obs.merge(run.forward_obs)
         bwd_obs.merge(run.backward_obs)
         layout_info[run.layout] = {"kind": run.kind, "calls": run.n_calls}
