@@ -264,3 +264,19 @@ def test_large_tensors_are_compared_in_chunks_with_the_same_verdict() -> None:
     assert chunked.diagnostics["first_mismatch_key"] == [9, 50]
     assert chunked.diagnostics["n_mismatch"] == 1
     assert not bits.passed and bits.reason_code == "bits_differ"
+
+
+def test_large_bit_mismatch_keeps_its_verdict_with_cheap_diagnostics(monkeypatch) -> None:
+    import torch
+
+    from ws1_harness import compare as C
+
+    monkeypatch.setattr(C, "ULP_DIAGNOSTIC_LIMIT", 16)
+    a = torch.zeros(8, 8)
+    b = a.clone()
+    b[5, 2] = 0.25
+    result = C.bitwise_equal(b, a)
+    assert not result.passed and result.reason_code == "bits_differ"
+    assert result.diagnostics["first_mismatch_index"] == [5, 2]
+    assert result.diagnostics["max_abs"] == 0.25
+    assert result.diagnostics["max_ulp"] is None

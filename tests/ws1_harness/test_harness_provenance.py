@@ -65,3 +65,12 @@ def test_environment_override_is_labelled(monkeypatch: pytest.MonkeyPatch) -> No
     assert git_state() == ("a" * 40, False, "env")
     monkeypatch.setenv("WS1_SOURCE_COMMIT", "not-a-sha")
     assert git_state()[0] == "unknown"
+
+
+def test_arch_proxy_is_recorded_only_when_declared(monkeypatch) -> None:
+    from ws1_harness.provenance import collect_provenance
+
+    monkeypatch.delenv("WS1_ARCH_PROXY", raising=False)
+    assert collect_provenance(["ws1"]).arch_proxy is None
+    monkeypatch.setenv("WS1_ARCH_PROXY", "sm86 PTX on sm_90")
+    assert collect_provenance(["ws1"]).to_json()["arch_proxy"] == "sm86 PTX on sm_90"
