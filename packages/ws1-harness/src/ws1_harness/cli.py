@@ -1,4 +1,4 @@
-"""The `ws1` command line: matrix, merge, gate, report.
+"""The `ws1` command line: matrix, merge, gate, report, bench.
 
 Exit codes follow the gate: 0 pass, 1 red, 2 bad input, 3 pending only. Traps 15 and 17: bad input anywhere
 (unknown file, malformed or truncated JSON, disagreeing shards, bad arguments) exits 2 with exactly one line
@@ -89,7 +89,29 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="write the Markdown table and heatmap beside the evidence")
     r.add_argument("file")
     r.add_argument("--out", help="directory for the report (default: beside the file)")
+
+    _add_bench_parser(sub)
     return parser
+
+
+def _add_bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """`ws1 bench` (docs/bench.md): candidate vs stock peer timings, JSON + Markdown under --out."""
+    b = sub.add_parser("bench", help="time a profile's candidates against their stock peers (docs/bench.md)")
+    b.add_argument("--profile", required=True)
+    b.add_argument("--op", action="append", help="operator to time (repeatable; default: every operator)")
+    b.add_argument("--shape", action="append", help="shape name to time (repeatable, e.g. down, lm_head)")
+    b.add_argument("--m", action="append", type=int, help="rows M of a call (repeatable; default per op)")
+    b.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if available, else cpu")
+    b.add_argument("--model", default="qwen3-8b", help="model widths from the manifest (default qwen3-8b)")
+    b.add_argument("--out", required=True, help="directory for bench-<profile>-<device>.json and .md")
+    b.add_argument("--force", action="store_true", help="overwrite existing output files")
+    b.add_argument("--allow-in-checkout", action="store_true", help="allow writing inside the git checkout")
+    b.add_argument("--candidates", help="module:attr of an extra candidate registry (tests, experiments)")
+    b.add_argument("--warmup-ms", type=_positive, default=25.0, help="timer warm-up per measurement (ms)")
+    b.add_argument("--rep-ms", type=_positive, default=100.0, help="timed repetitions per measurement (ms)")
+    b.add_argument("--copy-mib", type=_positive, help="copy-ceiling buffer (MiB; default 2048 CUDA, 64 CPU)")
+    b.add_argument("--mm-n", type=int, help="mm-ceiling size n of bf16 n^3 (default 8192 CUDA, 512 CPU)")
+    b.add_argument("--attn-seq", type=int, default=1024, help="attention sample length S (default 1024)")
 
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
@@ -129,8 +151,12 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from ws1_harness.bench import is_bench_file, write_bench_report
     from ws1_harness.report import write_report
 
+    if is_bench_file(args.file):
+        print(f"ws1 report: {write_bench_report(args.file, args.out)}")
+        return 0
     md, png = write_report(args.file, args.out)
     print(f"ws1 report: {md} {png}")
     return 0
@@ -154,6 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_gate(args)
         if args.command == "report":
             return _cmd_report(args)
+        if args.command == "bench":
+            from ws1_harness.bench.runner import run_cli
+
+            return run_cli(args, argv)
         raise UsageError(f"ws1: unknown command {args.command!r}")  # pragma: no cover
     except SystemExit as exc:  # --help and friends
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_BAD_INPUT)
@@ -169,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "WorkloadError",
             "CellError",
             "StatusError",
+            "BenchInputError",
         )
         prefix = "" if known else f"ws1: internal error: {type(exc).__name__}: "
         print(prefix + _one_line(exc), file=sys.stderr)

@@ -1,0 +1,123 @@
+"""ws1's speed targets, judged per row of a bench run against figures measured in the same run.
+
+A target is met or missed; `None` means no target applies to the row (or a figure it needs is missing). The
+GEMM and attention targets are ratios to the stock peer (peer time / candidate time, > 1 is faster than stock);
+memory-bound ops are judged against the run's own copy ceiling, at sizes where launch latency no longer
+dominates (>= 8192 rows); the selected-token logprob also has an absolute time at the full vocabulary.
+The numbers are ws1's Triton targets on the H200; on other devices they are still computed but say little.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+GEMM_OPS = ("det_gemm", "lm_head")
+# Triton targets vs cuBLAS: 0.9 where cuBLAS is compute-bound (M >= 512), 0.8 where it is weight-bandwidth or
+# launch bound (M <= 64); the backward (dx and dW) 0.8. Between 64 and 512 no target is set.
+GEMM_FWD_LARGE_M, GEMM_FWD_LARGE = 512, 0.9
+GEMM_FWD_SMALL_M, GEMM_FWD_SMALL = 64, 0.8
+GEMM_BWD = 0.8
+# Attention vs SDPA (flash where torch picks it): forward 0.8, deterministic backward 0.7.
+ATTN_FWD, ATTN_BWD = 0.8, 0.7
+# Fused selected-token logprob at 4096 x full vocab: reading the bf16 logits once at the copy ceiling.
+LOGP_MS, LOGP_ROWS, LOGP_VOCAB = 0.37, 4096, 151936
+# Memory-bound ops: >= 85% of the copy ceiling (GB/s, bytes read + written) at >= 8192 rows.
+COPY_FRACTION, COPY_MIN_ROWS = 0.85, 8192
+MEMORY_BOUND: Mapping[str, tuple[str, ...]] = {
+    "rms_norm": ("fwd", "bwd"),
+    "qk_norm": ("fwd", "bwd"),
+    "rope": ("fwd", "bwd"),
+    "silu": ("fwd", "bwd"),
+    "swiglu": ("fwd", "bwd"),
+    "logp": ("fwd", "bwd"),
+    "embedding": ("fwd",),  # its backward scatters into the weight gradient: no bandwidth target
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """`kind`: "ratio_min" (ratio >= value), "ms_max" (candidate ms <= value) or "copy_fraction_min"
+    (candidate GB/s >= value x the run's copy ceiling)."""
+
+    kind: str
+    value: float
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def target_for(op: str, phase: str, m: int, dims: Mapping[str, Any]) -> Target | None:
+    """The target of one row, or None."""
+    if op in GEMM_OPS:
+        if phase == "bwd":
+            return Target("ratio_min", GEMM_BWD, f"ratio >= {GEMM_BWD}")
+        if m >= GEMM_FWD_LARGE_M:
+            return Target("ratio_min", GEMM_FWD_LARGE, f"ratio >= {GEMM_FWD_LARGE}")
+        if m <= GEMM_FWD_SMALL_M:
+            return Target("ratio_min", GEMM_FWD_SMALL, f"ratio >= {GEMM_FWD_SMALL}")
+        return None
+    if op == "attention":
+        value = ATTN_FWD if phase == "fwd" else ATTN_BWD
+        return Target("ratio_min", value, f"ratio >= {value}")
+    if op == "logp" and phase == "fwd" and m == LOGP_ROWS and dims.get("V") == LOGP_VOCAB:
+        return Target("ms_max", LOGP_MS, f"<= {LOGP_MS} ms")
+    if phase in MEMORY_BOUND.get(op, ()) and m >= COPY_MIN_ROWS:
+        return Target("copy_fraction_min", COPY_FRACTION, f">= {COPY_FRACTION:.0%} of copy")
+    return None
+
+
+def judge(
+    target: Target | None,
+    ratio: float | None,
+    candidate_ms: float | None,
+    candidate_rate: float | None,
+    copy_gbs: float | None,
+) -> bool | None:
+    """Met (True), missed (False), or not judged (None: no target, or a figure is missing)."""
+    if target is None:
+        return None
+    if target.kind == "ratio_min":
+        return None if ratio is None else ratio >= target.value
+    if target.kind == "ms_max":
+        return None if candidate_ms is None else candidate_ms <= target.value
+    if target.kind == "copy_fraction_min":
+        if candidate_rate is None or not copy_gbs:
+            return None
+        return candidate_rate >= target.value * copy_gbs
+    raise ValueError(f"targets: unknown target kind {target.kind!r}")
+
+
+def table() -> list[dict[str, Any]]:
+    """The target table as written into every bench JSON (so a reader sees the rules the rows were judged by)."""
+    return [
+        {
+            "ops": list(GEMM_OPS),
+            "phase": "fwd",
+            "when": f"M >= {GEMM_FWD_LARGE_M}",
+            "rule": f"ratio >= {GEMM_FWD_LARGE}",
+        },
+        {
+            "ops": list(GEMM_OPS),
+            "phase": "fwd",
+            "when": f"M <= {GEMM_FWD_SMALL_M}",
+            "rule": f"ratio >= {GEMM_FWD_SMALL}",
+        },
+        {"ops": list(GEMM_OPS), "phase": "bwd", "when": "any M", "rule": f"ratio >= {GEMM_BWD}"},
+        {"ops": ["attention"], "phase": "fwd", "when": "any M", "rule": f"ratio >= {ATTN_FWD}"},
+        {"ops": ["attention"], "phase": "bwd", "when": "any M", "rule": f"ratio >= {ATTN_BWD}"},
+        {
+            "ops": ["logp"],
+            "phase": "fwd",
+            "when": f"M = {LOGP_ROWS}, V = {LOGP_VOCAB}",
+            "rule": f"candidate <= {LOGP_MS} ms",
+        },
+        {
+            "ops": sorted(MEMORY_BOUND),
+            "phase": "fwd, bwd (embedding: fwd)",
+            "when": f"M >= {COPY_MIN_ROWS}",
+            "rule": f"candidate GB/s >= {COPY_FRACTION} x copy ceiling",
+        },
+    ]
