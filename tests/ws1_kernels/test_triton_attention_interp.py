@@ -1,0 +1,268 @@
+"""Triton attention under TRITON_INTERPRET=1: logic and batch invariance, fp32, tiny shapes.
+
+Shapes: 4 query / 2 kv heads (GQA group 2), head_dim 16, samples of 1, 5, 17 and 40 tokens.  Test tiles
+(``TILES``) make every sample cross blocks: forward tiles of 16 positions x 2 heads over key blocks of 8, dQ
+tiles of 8 positions, dK/dV blocks of 16 keys stepping 4 query positions at a time.  The interpreter runs each
+``tl.dot`` as one numpy matmul of a fixed shape, and a row always sits in the same slot of a same-shape tile
+(tiles are aligned to logical positions), so the bitwise checks test what the kernels control: the tables,
+the slot and key indexing, the masking, the key-block order, the prefix/own key source.  Whether the H200's
+MMA keeps the bits is test_triton_attention_gpu.py's job.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from kernels_support import Batch, Case, assert_bitwise, layout, run, upstream
+
+pytest.importorskip("triton")
+
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes  # noqa: E402
+
+from ws1_kernels import KernelInputError, LayoutContext, launches, reference  # noqa: E402
+from ws1_kernels.triton_ops import _launch, load_ops  # noqa: E402
+from ws1_kernels.triton_ops import attention as att  # noqa: E402
+
+pytestmark = [
+    pytest.mark.interp,
+    pytest.mark.skipif(
+        not _launch.interpreting(),
+        reason="Triton kernels run on the CPU only under TRITON_INTERPRET=1 (the CPU nox session sets it)",
+    ),
+]
+
+HQ, HKV, D = 4, 2, 16
+SCALE = D**-0.5
+F32 = torch.float32
+TILES = att.Tiles(block_m=32, block_n=8, dq_m=16, dq_n=8, dkv_m=8, dkv_n=16)
+# decode: each sample's last 3 tokens (a 1-token sample decodes its only token with no prefix)
+BATCH = Batch(lengths=(1, 5, 17, 40), prompt_lens=(0, 2, 14, 37))
+
+
+def _case(seed: int = 0) -> Case:
+    g = torch.Generator().manual_seed(seed)
+    n = BATCH.total
+    rows = {
+        "q": torch.randn((n, HQ, D), generator=g) * 2.0,  # peaky softmax: block order matters in the bits
+        "k": torch.randn((n, HKV, D), generator=g),
+        "v": torch.randn((n, HKV, D), generator=g),
+    }
+    return Case("attention", rows, {}, {}, (("row", "q"), ("row", "k"), ("row", "v"), ("scalar", SCALE)))
+
+
+def _fn(tiles: att.Tiles = TILES):
+    def fn(q, k, v, scale, ctx):
+        return att._attention(q, k, v, scale, ctx, tiles=tiles, allow_fp32=True)
+
+    return fn
+
+
+@functools.cache
+def _packed(backward: bool):
+    """The packed layout (one call), the baseline every other layout must match bit for bit."""
+    return run(_fn(), _case(), BATCH, layout(BATCH, "packed"), rule=None, backward=backward)
+
+
+def _reference(case: Case, gout: torch.Tensor):
+    call = layout(BATCH, "packed")[0]
+    sid = torch.tensor([s for s, _ in call.keys], dtype=torch.int64)
+    pos = torch.tensor([p for _, p in call.keys], dtype=torch.int64)
+    rows = {k: t.clone().requires_grad_(True) for k, t in case.rows.items()}
+    out = reference.attention(rows["q"], rows["k"], rows["v"], SCALE, LayoutContext(sid, pos))
+    out.backward(gout)
+    return out.detach(), {k: t.grad for k, t in rows.items()}
+
+
+def _close(name: str, got: torch.Tensor, want: torch.Tensor, tol: float = 1e-5) -> None:
+    err = float((got - want).abs().max())
+    assert err <= tol * (1.0 + float(want.abs().max())), f"{name}: max abs error {err}"
+
+
+# ------------------------------------------------------------------------------------------------ accuracy
+
+
+def test_forward_and_backward_match_reference() -> None:
+    res = _packed(True)
+    gout = upstream(_case(), BATCH, (BATCH.total, HQ, D), F32)  # the upstream gradient run() used
+    ref_out, ref_grads = _reference(_case(), gout)
+    _close("out", res.out, ref_out)
+    for k in ("q", "k", "v"):
+        _close(f"d{k}", res.grads[k], ref_grads[k])
+
+
+def test_default_tiles_forward_matches_reference() -> None:
+    """The frozen D<=64 table entry (128 slots, key block 128) is a valid launch and right."""
+    res = run(_fn(att.tiles_for(D)), _case(), BATCH, layout(BATCH, "packed"), rule=None, backward=False)
+    ref_out, _ = _reference(_case(), torch.zeros((BATCH.total, HQ, D)))
+    _close("out", res.out, ref_out)
+
+
+def test_backward_with_prefix_matches_reference() -> None:
+    """One chunk call (positions 7..13 of every sample long enough, earlier keys from kv_prefix): dQ reads
+    prefix keys; the call's own keys get the gradient of the call's own queries, prefix keys none.  The
+    reference runs whole samples with the upstream gradient on the chunk's rows only, which is the same
+    function of the chunk's rows."""
+    case = _case(3)
+    call = layout(BATCH, "chunked_7")[1]
+    res = run(_fn(), case, BATCH, [call], rule=None, backward=True)
+    idx = torch.tensor([BATCH.offsets[s] + p for s, p in call.keys])
+    mask = torch.zeros(BATCH.total, 1, 1)
+    mask[idx] = 1.0
+    ref_out, ref_grads = _reference(case, upstream(case, BATCH, (BATCH.total, HQ, D), F32) * mask)
+    _close("out", res.out[idx], ref_out[idx])
+    for k in ("q", "k", "v"):
+        _close(f"d{k}", res.grads[k][idx], ref_grads[k][idx])
+
+
+# ----------------------------------------------------------------------------------------------- invariance
+
+
+@pytest.mark.parametrize("name", ["split_1", "split_half", "permuted", "padded_right", "padded_left"])
+def test_forward_layouts_bitwise(name: str) -> None:
+    """Each sample alone, two micro-batches, permuted samples, right and left pad rows: the bits of the
+    packed call (pads carry garbage: it must not leak)."""
+    res = run(_fn(), _case(), BATCH, layout(BATCH, name), rule=None, backward=False)
+    assert_bitwise(f"{name} out", res.out, _packed(False).out)
+
+
+def test_pad_rows_are_zero() -> None:
+    call = layout(BATCH, "padded_left")[0]
+    pads = torch.tensor([s < 0 for s, _ in call.keys])
+    seen = {}
+
+    def fn(q, k, v, scale, ctx):
+        seen["out"] = att._attention(q, k, v, scale, ctx, tiles=TILES, allow_fp32=True)
+        return seen["out"]
+
+    run(fn, _case(), BATCH, [call], rule=None, backward=False)
+    assert pads.any() and (seen["out"][pads] == 0).all()
+
+
+@pytest.mark.parametrize("name", ["chunked_7", "decode"])
+def test_inference_layouts_bitwise(name: str) -> None:
+    """Chunked prefill (7 rows per sample per call) and decode (one row per sample per call, keys below it
+    from kv_prefix) give the full prefill's bits for every row."""
+    res = run(_fn(), _case(), BATCH, layout(BATCH, name), rule=None, backward=False)
+    assert_bitwise(f"{name} out", res.out, _packed(False).out)
+
+
+@pytest.mark.parametrize("name", ["split_1", "padded_left"])
+def test_backward_layouts_bitwise(name: str) -> None:
+    """dQ, dK, dV of every token: the packed call's bits in every training layout."""
+    res = run(_fn(), _case(), BATCH, layout(BATCH, name), rule=None, backward=True)
+    base = _packed(True)
+    for k in ("q", "k", "v"):
+        assert_bitwise(f"{name} d{k}", res.grads[k], base.grads[k])
+
+
+def test_negative_control_key_block_changes_bits() -> None:
+    """A key block size that followed T (8 for one call, 16 for another) would change the bits: the inputs
+    are strong enough for the bitwise tests to see a wrong block order."""
+    other = att.Tiles(block_m=32, block_n=16, dq_m=16, dq_n=8, dkv_m=8, dkv_n=16)
+    res = run(_fn(other), _case(), BATCH, layout(BATCH, "packed"), rule=None, backward=False)
+    base = _packed(False).out
+    long_rows = slice(BATCH.offsets[3] + 16, BATCH.total)  # rows that see more than one key block of 16
+    assert (res.out[long_rows] != base[long_rows]).any()
+
+
+def test_launch_log_and_declared_ops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels launched = the OpSpec's kernels; aten ops dispatched around the launches (the interpreter's own
+    host copies inside a launch are not the candidate's) stay inside the declared set."""
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.add(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    found, _missing = load_ops()
+    spec = found["attention"]
+    real_launch = att.launch
+
+    def launch_unwatched(*args, **kwargs):
+        with _disable_current_modes():
+            return real_launch(*args, **kwargs)
+
+    monkeypatch.setattr(att, "launch", launch_unwatched)
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn((6, HQ, D), generator=g).requires_grad_(True)
+    k = torch.randn((6, HKV, D), generator=g).requires_grad_(True)
+    v = torch.randn((6, HKV, D), generator=g).requires_grad_(True)
+    ctx = LayoutContext(torch.tensor([0, 0, 0, -1, 1, 1]), torch.tensor([0, 1, 2, -1, 0, 1]))
+    dout = torch.randn((6, HQ, 2 * D), generator=g)[:, :, :D]  # non-contiguous: the clone path
+    rec = Ops()
+    with launches.observe() as log, rec:
+        att._attention(q, k, v, SCALE, ctx, tiles=TILES, allow_fp32=True).backward(dout)
+    assert set(log.kernels) == spec.kernel_ids
+    allowed = spec.declared_ops | {"aten.alias"}
+    assert rec.ops <= allowed, sorted(rec.ops - allowed)
+
+
+def test_attention_forward_matches_op() -> None:
+    """The benchmark entry point (packed varlen, host cu_seqlens) gives the operator's packed bits."""
+    case = _case()
+    cu = [0, *torch.tensor(BATCH.lengths).cumsum(0).tolist()]
+    out = att._varlen_forward(
+        case.rows["q"], case.rows["k"], case.rows["v"], SCALE, cu, tiles=TILES, allow_fp32=True
+    )
+    assert_bitwise("attention_forward", out, _packed(False).out)
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+def _bad_calls():
+    bf = torch.bfloat16
+    q, k, v = (
+        torch.zeros(4, HQ, D, dtype=bf),
+        torch.zeros(4, HKV, D, dtype=bf),
+        torch.zeros(4, HKV, D, dtype=bf),
+    )
+    ctx = LayoutContext(torch.zeros(4, dtype=torch.int64), torch.arange(4))
+    pre_ctx = LayoutContext(torch.zeros(4, dtype=torch.int64), torch.arange(2, 6))
+    good_pre = (torch.zeros(2, HKV, D, dtype=bf), torch.zeros(2, HKV, D, dtype=bf))
+    empty = LayoutContext(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64))
+    return {
+        "fp32 into the bf16 op": lambda: att.attention(q.float(), k.float(), v.float(), SCALE, ctx),
+        "fp16": lambda: att.attention(q.half(), k.half(), v.half(), SCALE, ctx),
+        "mixed dtypes": lambda: att._attention(q, k.float(), v, SCALE, ctx, allow_fp32=True),
+        "rank": lambda: att.attention(q[None], k, v, SCALE, ctx),
+        "heads not a multiple": lambda: att.attention(torch.zeros(4, 3, D, dtype=bf), k, v, SCALE, ctx),
+        "head_dim not a power of two": lambda: att.attention(
+            torch.zeros(4, HQ, 24, dtype=bf), torch.zeros(4, HKV, 24, dtype=bf), torch.zeros(4, HKV, 24, dtype=bf),
+            SCALE, ctx,
+        ),
+        "non-contiguous q": lambda: att.attention(
+            torch.zeros(4, D, HQ, dtype=bf).transpose(1, 2), k, v, SCALE, ctx
+        ),
+        "bad scale": lambda: att.attention(q, k, v, 0.0, ctx),
+        "ctx length": lambda: att.attention(
+            q, k, v, SCALE, LayoutContext(torch.zeros(5, dtype=torch.int64), torch.arange(5))
+        ),
+        "empty batch": lambda: att.attention(q[:0], k[:0], v[:0], SCALE, empty),
+        "missing prefix": lambda: att.attention(q, k, v, SCALE, pre_ctx),
+        "prefix dtype": lambda: att.attention(
+            q, k, v, SCALE, LayoutContext(pre_ctx.sample_ids, pre_ctx.positions, {0: (good_pre[0].float(), good_pre[1])})
+        ),
+        "non-contiguous prefix": lambda: att.attention(
+            q, k, v, SCALE,
+            LayoutContext(
+                pre_ctx.sample_ids, pre_ctx.positions,
+                {0: (torch.zeros(HKV, 2, D, dtype=bf).transpose(0, 1), good_pre[1])},
+            ),
+        ),
+        "cu_seqlens not rising": lambda: att.attention_forward(q, k, v, SCALE, [0, 3, 3, 4]),
+        "cu_seqlens total": lambda: att.attention_forward(q, k, v, SCALE, [0, 3]),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(_bad_calls()))
+def test_bad_input_is_refused(name: str) -> None:
+    with pytest.raises(KernelInputError) as info:
+        _bad_calls()[name]()
+    assert "\n" not in str(info.value)
