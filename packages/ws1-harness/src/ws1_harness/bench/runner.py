@@ -170,9 +170,13 @@ def make_plan(opts: Options) -> Plan:
         raise _fail(f"unknown shape {bad_shape[0]!r} (known: {', '.join(names)})")
     ops = opts.ops or S.BENCH_OPS
     if opts.shapes:
-        ops = tuple(op for op in ops if any(s in table[op] for s in opts.shapes))
+        # --shape narrows the default operator list; an operator named by --op must have one of the shapes
+        lacking = [op for op in ops if not any(s in table[op] for s in opts.shapes)]
+        if opts.ops and lacking:
+            raise _fail(f"--op {lacking[0]} has none of --shape {', '.join(opts.shapes)}")
+        ops = tuple(op for op in ops if op not in lacking)
         if not ops:
-            raise _fail(f"no selected operator has shape {', '.join(opts.shapes)}")
+            raise _fail(f"no operator has shape {', '.join(opts.shapes)}")
     points = {op: S.points(op, table, opts.ms, opts.shapes) for op in ops}
     for p in points.get("attention", []):
         why = S.attention_m_error(p.m, opts.attn_seq)
@@ -430,7 +434,7 @@ def collect(
     argv: Sequence[str],
     *,
     timer: Timer | None = None,
-    progress: TextIO | None = sys.stderr,
+    progress: TextIO | None = None,
     plan: Plan | None = None,
 ) -> dict[str, Any]:
     """Run the bench and return the document (nothing written). `timer` replaces the device timer (tests)."""
@@ -501,7 +505,7 @@ def run_cli(args: argparse.Namespace, argv: Sequence[str]) -> int:
     opts = options_from_args(args)
     plan = make_plan(opts)  # bad input exits 2 before anything is measured
     json_path, md_path = check_outputs(opts)
-    doc = collect(opts, argv, plan=plan)
+    doc = collect(opts, argv, plan=plan, progress=sys.stderr)
     R.validate(doc, str(json_path))
     R.write_atomic(json_path, json.dumps(doc, allow_nan=False, indent=1) + "\n")
     R.write_atomic(md_path, R.render_markdown(doc, json_path.name))
