@@ -351,8 +351,14 @@ def wgrad_tile(n: int, k: int) -> WgradTile:
 
 
 def bench_shapes() -> dict[str, tuple[int, int]]:
-    """Weight shapes ``(N, K)`` with a tuned row in the tables (bench these), by name."""
-    return {"det_gemm": (4096, 12288), "lm_head": (151936, 4096)}
+    """Weight shapes ``(N, K)`` of Qwen3-8B that go through this family, by name (the tables' rows or default)."""
+    return {
+        "qkv": (6144, 4096),
+        "o": (4096, 4096),
+        "gate_up": (24576, 4096),
+        "down": (4096, 12288),  # det_gemm as graded
+        "lm_head": (151936, 4096),
+    }
 
 
 # --------------------------------------------------------------------------------------------------------------
