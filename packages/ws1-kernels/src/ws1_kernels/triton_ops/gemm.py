@@ -60,7 +60,9 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------------------
 
 
-@triton.jit
+# M (and the program count) are not specialised: every M of a bucket runs the very same binary, and a call
+# with a new M never compiles (Triton would otherwise compile separate variants for M = 1 and 16 | M).
+@triton.jit(do_not_specialize=["M", "num_progs"])
 def ws1_gemm_fixed_k(
     a_ptr,
     b_ptr,
@@ -131,7 +133,7 @@ def ws1_gemm_fixed_k(
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_steps"])
 def ws1_gemm_wgrad_blocks(
     dy_ptr,
     x_ptr,
