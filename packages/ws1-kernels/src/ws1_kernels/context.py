@@ -82,6 +82,21 @@ class LayoutContext:
             i = j
         return tuple(segs)
 
+    def on(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(sample_ids, positions)`` on ``device``, copied once per context and device.
+
+        The harness builds the context on the host, so ``segments`` never syncs with a device; a kernel that
+        needs the per-row ids on the GPU takes them from here (one host-to-device copy per physical call).
+        """
+        dev = torch.device(device)
+        cache: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = self.__dict__.setdefault("_on", {})
+        if dev not in cache:
+            cache[dev] = (
+                self.sample_ids.to(dev, non_blocking=True),
+                self.positions.to(dev, non_blocking=True),
+            )
+        return cache[dev]
+
     def check_rows(self, where: str, rows: int) -> tuple[Segment, ...]:
         """Validate the context against a call of ``rows`` physical rows; return its segments."""
         if rows == 0:

@@ -68,6 +68,12 @@ class Candidate:
     declared_ops: frozenset[str]
     fn: Callable[..., Any]
     available: Callable[[str], str | None] = field(default=_always, compare=False)
+    # further kernel ids this candidate may record or launch besides ``kernel_id`` (e.g. its backward kernels)
+    kernel_ids: frozenset[str] = frozenset()
+
+    @property
+    def all_kernel_ids(self) -> frozenset[str]:
+        return frozenset({self.kernel_id, *self.kernel_ids})
 
     @property
     def candidate_id(self) -> str:
@@ -281,6 +287,36 @@ register_profile(
     ],
 )
 
-declare_profile("triton_cuda_bf16", "no candidate registered yet (needs CUDA sm80 and triton)")
+
+def _register_triton() -> None:
+    """Register the Triton profile with every operator whose module exists; the others resolve red."""
+    from . import triton_ops
+
+    found, missing = triton_ops.load_ops()
+    if not found:
+        why = "; ".join(sorted(set(missing.values()))) or "no operator module"
+        declare_profile(triton_ops.PROFILE, f"no candidate registered yet ({why})")
+        return
+    register_profile(
+        triton_ops.PROFILE,
+        [
+            Candidate(
+                profile=triton_ops.PROFILE,
+                operator=op,
+                kernel_id=sorted(spec.kernel_ids)[0],
+                kernel_ids=spec.kernel_ids,
+                family="triton",
+                device="cuda",
+                min_arch=triton_ops.MIN_ARCH,
+                param_grad_rule="sample_blocks_main_grad" if op in PARAM_OPERATORS else None,
+                declared_ops=spec.declared_ops,
+                fn=spec.fn,
+            )
+            for op, spec in found.items()
+        ],
+    )
+
+
+_register_triton()
 declare_profile("cuda_bf16", "no candidate registered yet (needs CUDA sm80 and the ws1 extension)")
 declare_profile("cuda_bf16_sm90", "no candidate registered yet; needs CUDA sm90")

@@ -1,0 +1,55 @@
+"""Launch a Triton kernel and record it at the launch site.
+
+The id recorded is ``triton:<kernel name>``: the same name Triton's launch hook reports, so the harness can check
+that what a candidate says it launched is what Triton really launched.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from ..launches import record
+
+
+def interpreting() -> bool:
+    """True under ``TRITON_INTERPRET=1`` (kernels run on CPU tensors, for logic tests)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def kernel_name(kernel: Any) -> str:
+    """The name of a ``@triton.jit`` function, as the launch hook reports it."""
+    fn = getattr(kernel, "fn", kernel)
+    return str(getattr(fn, "__name__", kernel))
+
+
+def launch(kernel: Any, grid: Any, phase: str, *args: Any, **kwargs: Any) -> Any:
+    """Record ``triton:<name>`` for ``phase`` ("fwd" or "bwd"), then launch ``kernel[grid](*args, **kwargs)``."""
+    record(f"triton:{kernel_name(kernel)}", phase)
+    return kernel[grid](*args, **kwargs)
+
+
+def check_device(where: str, *tensors: torch.Tensor) -> torch.device:
+    """Every tensor on one CUDA device (or on the CPU under the interpreter); returns that device."""
+    from ..errors import KernelInputError
+
+    dev = tensors[0].device
+    for t in tensors:
+        if t.device != dev:
+            raise KernelInputError(f"{where}: tensors on different devices ({dev} and {t.device})")
+    if dev.type != "cuda" and not interpreting():
+        raise KernelInputError(
+            f"{where}: needs CUDA tensors, got {dev} (set TRITON_INTERPRET=1 for CPU logic runs)"
+        )
+    return dev
+
+
+def check_contiguous(where: str, **tensors: torch.Tensor) -> None:
+    """Kernels index with row strides only: a non-contiguous input is refused, never silently copied."""
+    from ..errors import KernelInputError
+
+    for name, t in tensors.items():
+        if not t.is_contiguous():
+            raise KernelInputError(f"{where}: {name} must be contiguous (strides {tuple(t.stride())})")
