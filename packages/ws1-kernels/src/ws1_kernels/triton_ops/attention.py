@@ -94,11 +94,11 @@ def tiles_for(head_dim: int) -> Tiles:
 
 @triton.jit
 def _sample(meta_ptr, s, PRE_OFF, k_ptr, v_ptr, HAS_PREFIX: tl.constexpr):
-    """Row of the sample's first call row, its first position (= prefix length), its rows in the call, and
-    its prefix K/V pointers (a null pointer for a sample without prefix: never dereferenced)."""
+    """Row of the sample's first call row (int64), its first position (= prefix length) and its rows in the
+    call (int32), and its prefix K/V pointers (a null pointer for a sample without prefix: never read)."""
     row0 = tl.load(meta_ptr + 4 * s)
-    p0 = tl.load(meta_ptr + 4 * s + 1)
-    n = tl.load(meta_ptr + 4 * s + 2)
+    p0 = tl.load(meta_ptr + 4 * s + 1).to(tl.int32)
+    n = tl.load(meta_ptr + 4 * s + 2).to(tl.int32)
     pk = k_ptr
     pv = v_ptr
     if HAS_PREFIX:
@@ -107,9 +107,13 @@ def _sample(meta_ptr, s, PRE_OFF, k_ptr, v_ptr, HAS_PREFIX: tl.constexpr):
     return row0, p0, n, pk, pv
 
 
+# Addressing: a call row is ``row0 + position - p0``.  The int64 part (which row) goes into a scalar base
+# pointer per tile or key block; the per-element offsets stay int32 and small (index inside the block).
+
+
 @triton.jit
 def _fwd_step(
-    acc, l_i, m_i, q, qpos, qk_scale, kb, k_ptr, v_ptr, pk_ptr, pv_ptr, row0, p0, length, col,
+    acc, l_i, m_i, q, qpos, qk_scale, kb, k_ptr, v_ptr, pk_ptr, pv_ptr, row0, p0, length, kv_off,
     KV_STRIDE: tl.constexpr, BLOCK_N: tl.constexpr, HAS_PREFIX: tl.constexpr, MASKED: tl.constexpr,
     DOT_PREC: tl.constexpr,
 ):  # fmt: skip
@@ -118,14 +122,14 @@ def _fwd_step(
     # K and V at logical key positions kpos: the prefix below p0, the call's rows up to length, zeros beyond
     kpos = kb * BLOCK_N + tl.arange(0, BLOCK_N)
     own = (kpos >= p0) & (kpos < length)
-    off = (row0 + kpos - p0)[:, None] * KV_STRIDE + col[None, :]
-    kt = tl.load(k_ptr + off, mask=own[:, None], other=0.0)
-    vt = tl.load(v_ptr + off, mask=own[:, None], other=0.0)
+    base = (row0 - p0 + kb * BLOCK_N) * KV_STRIDE
+    kt = tl.load(k_ptr + base + kv_off, mask=own[:, None], other=0.0)
+    vt = tl.load(v_ptr + base + kv_off, mask=own[:, None], other=0.0)
     if HAS_PREFIX:
         pre = kpos < p0
-        poff = kpos[:, None] * KV_STRIDE + col[None, :]
-        kt = tl.where(pre[:, None], tl.load(pk_ptr + poff, mask=pre[:, None], other=0.0), kt)
-        vt = tl.where(pre[:, None], tl.load(pv_ptr + poff, mask=pre[:, None], other=0.0), vt)
+        pbase = tl.cast(kb, tl.int64) * (BLOCK_N * KV_STRIDE)
+        kt = tl.where(pre[:, None], tl.load(pk_ptr + pbase + kv_off, mask=pre[:, None], other=0.0), kt)
+        vt = tl.where(pre[:, None], tl.load(pv_ptr + pbase + kv_off, mask=pre[:, None], other=0.0), vt)
     s = tl.dot(q, tl.trans(kt), input_precision=DOT_PREC)
     if MASKED:
         s = tl.where(kpos[None, :] <= qpos[:, None], s, float("-inf"))
@@ -149,7 +153,7 @@ def _attn_fwd(
     tile = tl.program_id(0)
     j = tl.program_id(1)
     s_idx = tl.load(meta_ptr + TILE_OFF + 2 * tile)
-    tpos = tl.load(meta_ptr + TILE_OFF + 2 * tile + 1)
+    tpos = tl.load(meta_ptr + TILE_OFF + 2 * tile + 1).to(tl.int32)
     row0, p0, n, pk, pv = _sample(meta_ptr, s_idx, PRE_OFF, k_ptr, v_ptr, HAS_PREFIX)
     length = p0 + n
     R: tl.constexpr = BLOCK_M // G
@@ -158,47 +162,49 @@ def _attn_fwd(
     qpos = tpos + offs_m // G
     head = j * G + offs_m % G
     valid = (offs_m < R * G) & (qpos >= p0) & (qpos < length)
-    q_off = (row0 + qpos - p0)[:, None] * (HQ * D) + head[:, None] * D + offs_d[None, :]
-    q = tl.load(q_ptr + q_off, mask=valid[:, None], other=0.0)
+    tile_row = row0 - p0 + tpos  # call row of position tpos (may lie outside the call: only a base)
+    q_off = (offs_m // G)[:, None] * (HQ * D) + head[:, None] * D + offs_d[None, :]
+    q = tl.load(q_ptr + tile_row * (HQ * D) + q_off, mask=valid[:, None], other=0.0)
     last = tl.minimum(tpos + R, length) - 1  # the tile's last valid position
     qpos = tl.where(valid, qpos, last)  # other slots see what the last row sees: finite, never stored
-    col = j * D + offs_d
+    kv_off = tl.arange(0, BLOCK_N)[:, None] * (HKV * D) + j * D + offs_d[None, :]
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, D), tl.float32)
     n_free = tpos // BLOCK_N  # blocks wholly before the tile's first position: visible to every slot
     for kb in range(0, n_free):
         acc, l_i, m_i = _fwd_step(
-            acc, l_i, m_i, q, qpos, qk_scale, kb, k_ptr, v_ptr, pk, pv, row0, p0, length, col,
+            acc, l_i, m_i, q, qpos, qk_scale, kb, k_ptr, v_ptr, pk, pv, row0, p0, length, kv_off,
             HKV * D, BLOCK_N, HAS_PREFIX, False, DOT_PREC,
         )  # fmt: skip
     for kb in range(n_free, last // BLOCK_N + 1):
         acc, l_i, m_i = _fwd_step(
-            acc, l_i, m_i, q, qpos, qk_scale, kb, k_ptr, v_ptr, pk, pv, row0, p0, length, col,
+            acc, l_i, m_i, q, qpos, qk_scale, kb, k_ptr, v_ptr, pk, pv, row0, p0, length, kv_off,
             HKV * D, BLOCK_N, HAS_PREFIX, True, DOT_PREC,
         )  # fmt: skip
     o = acc / l_i[:, None]
-    tl.store(o_ptr + q_off, o.to(o_ptr.dtype.element_ty), mask=valid[:, None])
-    lse_off = (row0 + qpos - p0) * HQ + head
-    tl.store(lse_ptr + lse_off, m_i + tl.math.log2(l_i), mask=valid)
+    tl.store(o_ptr + tile_row * (HQ * D) + q_off, o.to(o_ptr.dtype.element_ty), mask=valid[:, None])
+    lse_off = (offs_m // G) * HQ + head
+    tl.store(lse_ptr + tile_row * HQ + lse_off, m_i + tl.math.log2(l_i), mask=valid)
 
 
 @triton.jit
 def _attn_bwd_delta(o_ptr, do_ptr, delta_ptr, n_rows, D: tl.constexpr, BLOCK: tl.constexpr):
     """delta[r] = sum_d dO[r, d] * O[r, d] in fp32 for every (row, head) pair r; one fixed-shape block per
     program, so a pair's sum never depends on how many pairs the call has."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    start = tl.program_id(0).to(tl.int64) * BLOCK
+    offs = tl.arange(0, BLOCK)
     offs_d = tl.arange(0, D)
-    mask = offs < n_rows
-    ptr = offs.to(tl.int64)[:, None] * D + offs_d[None, :]
-    o = tl.load(o_ptr + ptr, mask=mask[:, None], other=0.0).to(tl.float32)
-    do = tl.load(do_ptr + ptr, mask=mask[:, None], other=0.0).to(tl.float32)
-    tl.store(delta_ptr + offs, tl.sum(o * do, 1), mask=mask)
+    mask = start + offs < n_rows
+    ptr = offs[:, None] * D + offs_d[None, :]
+    o = tl.load(o_ptr + start * D + ptr, mask=mask[:, None], other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + start * D + ptr, mask=mask[:, None], other=0.0).to(tl.float32)
+    tl.store(delta_ptr + start + offs, tl.sum(o * do, 1), mask=mask)
 
 
 @triton.jit
 def _dq_step(
-    dq, q, do, lse, delta, qpos, qk_scale, kb, k_ptr, v_ptr, pk_ptr, pv_ptr, row0, p0, length, col,
+    dq, q, do, lse, delta, qpos, qk_scale, kb, k_ptr, v_ptr, pk_ptr, pv_ptr, row0, p0, length, kv_off,
     KV_STRIDE: tl.constexpr, BLOCK_N: tl.constexpr, HAS_PREFIX: tl.constexpr, MASKED: tl.constexpr,
     DOT_PREC: tl.constexpr,
 ):  # fmt: skip
@@ -206,14 +212,14 @@ def _dq_step(
     # K and V at logical key positions kpos: the prefix below p0, the call's rows up to length, zeros beyond
     kpos = kb * BLOCK_N + tl.arange(0, BLOCK_N)
     own = (kpos >= p0) & (kpos < length)
-    off = (row0 + kpos - p0)[:, None] * KV_STRIDE + col[None, :]
-    kt = tl.load(k_ptr + off, mask=own[:, None], other=0.0)
-    vt = tl.load(v_ptr + off, mask=own[:, None], other=0.0)
+    base = (row0 - p0 + kb * BLOCK_N) * KV_STRIDE
+    kt = tl.load(k_ptr + base + kv_off, mask=own[:, None], other=0.0)
+    vt = tl.load(v_ptr + base + kv_off, mask=own[:, None], other=0.0)
     if HAS_PREFIX:
         pre = kpos < p0
-        poff = kpos[:, None] * KV_STRIDE + col[None, :]
-        kt = tl.where(pre[:, None], tl.load(pk_ptr + poff, mask=pre[:, None], other=0.0), kt)
-        vt = tl.where(pre[:, None], tl.load(pv_ptr + poff, mask=pre[:, None], other=0.0), vt)
+        pbase = tl.cast(kb, tl.int64) * (BLOCK_N * KV_STRIDE)
+        kt = tl.where(pre[:, None], tl.load(pk_ptr + pbase + kv_off, mask=pre[:, None], other=0.0), kt)
+        vt = tl.where(pre[:, None], tl.load(pv_ptr + pbase + kv_off, mask=pre[:, None], other=0.0), vt)
     s = tl.dot(q, tl.trans(kt), input_precision=DOT_PREC)
     p = tl.math.exp2(tl.fma(s, qk_scale, -lse[:, None]))
     if MASKED:
@@ -233,7 +239,7 @@ def _attn_bwd_dq(
     tile = tl.program_id(0)
     j = tl.program_id(1)
     s_idx = tl.load(meta_ptr + TILE_OFF + 2 * tile)
-    tpos = tl.load(meta_ptr + TILE_OFF + 2 * tile + 1)
+    tpos = tl.load(meta_ptr + TILE_OFF + 2 * tile + 1).to(tl.int32)
     row0, p0, n, pk, pv = _sample(meta_ptr, s_idx, PRE_OFF, k_ptr, v_ptr, HAS_PREFIX)
     length = p0 + n
     R: tl.constexpr = BLOCK_M // G
@@ -242,32 +248,34 @@ def _attn_bwd_dq(
     qpos = tpos + offs_m // G
     head = j * G + offs_m % G
     valid = (offs_m < R * G) & (qpos >= p0) & (qpos < length)
-    rows = row0 + qpos - p0
-    q_off = rows[:, None] * (HQ * D) + head[:, None] * D + offs_d[None, :]
-    q = tl.load(q_ptr + q_off, mask=valid[:, None], other=0.0)
-    do = tl.load(do_ptr + q_off, mask=valid[:, None], other=0.0)
-    lse = tl.load(lse_ptr + rows * HQ + head, mask=valid, other=float("inf"))  # p = 0 on other slots
-    delta = tl.load(delta_ptr + rows * HQ + head, mask=valid, other=0.0)
+    tile_row = row0 - p0 + tpos
+    q_off = (offs_m // G)[:, None] * (HQ * D) + head[:, None] * D + offs_d[None, :]
+    q = tl.load(q_ptr + tile_row * (HQ * D) + q_off, mask=valid[:, None], other=0.0)
+    do = tl.load(do_ptr + tile_row * (HQ * D) + q_off, mask=valid[:, None], other=0.0)
+    lse_off = (offs_m // G) * HQ + head
+    lse = tl.load(lse_ptr + tile_row * HQ + lse_off, mask=valid, other=float("inf"))  # p = 0 elsewhere
+    delta = tl.load(delta_ptr + tile_row * HQ + lse_off, mask=valid, other=0.0)
     last = tl.minimum(tpos + R, length) - 1
-    col = j * D + offs_d
+    kv_off = tl.arange(0, BLOCK_N)[:, None] * (HKV * D) + j * D + offs_d[None, :]
     dq = tl.zeros((BLOCK_M, D), tl.float32)
     n_free = tpos // BLOCK_N
     for kb in range(0, n_free):
         dq = _dq_step(
-            dq, q, do, lse, delta, qpos, qk_scale, kb, k_ptr, v_ptr, pk, pv, row0, p0, length, col,
+            dq, q, do, lse, delta, qpos, qk_scale, kb, k_ptr, v_ptr, pk, pv, row0, p0, length, kv_off,
             HKV * D, BLOCK_N, HAS_PREFIX, False, DOT_PREC,
         )  # fmt: skip
     for kb in range(n_free, last // BLOCK_N + 1):
         dq = _dq_step(
-            dq, q, do, lse, delta, qpos, qk_scale, kb, k_ptr, v_ptr, pk, pv, row0, p0, length, col,
+            dq, q, do, lse, delta, qpos, qk_scale, kb, k_ptr, v_ptr, pk, pv, row0, p0, length, kv_off,
             HKV * D, BLOCK_N, HAS_PREFIX, True, DOT_PREC,
         )  # fmt: skip
-    tl.store(dq_ptr + q_off, (dq * scale).to(dq_ptr.dtype.element_ty), mask=valid[:, None])
+    dq_out = (dq * scale).to(dq_ptr.dtype.element_ty)
+    tl.store(dq_ptr + tile_row * (HQ * D) + q_off, dq_out, mask=valid[:, None])
 
 
 @triton.jit
 def _dkv_step(
-    dk, dv, kb, vb, kpos, qt, row0, p0, length, j, q_ptr, do_ptr, lse_ptr, delta_ptr, qk_scale,
+    dk, dv, kt, vt, kpos, qt, row0, p0, length, j, q_ptr, do_ptr, lse_ptr, delta_ptr, qk_scale,
     HQ: tl.constexpr, D: tl.constexpr, G: tl.constexpr, BLOCK_M: tl.constexpr,
     MASKED: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
@@ -278,18 +286,19 @@ def _dkv_step(
     qpos = qt * R + offs_m // G
     head = j * G + offs_m % G
     valid = (offs_m < R * G) & (qpos >= p0) & (qpos < length)
-    rows = row0 + qpos - p0
-    q_off = rows[:, None] * (HQ * D) + head[:, None] * D + offs_d[None, :]
-    q = tl.load(q_ptr + q_off, mask=valid[:, None], other=0.0)
-    do = tl.load(do_ptr + q_off, mask=valid[:, None], other=0.0)
-    lse = tl.load(lse_ptr + rows * HQ + head, mask=valid, other=float("inf"))
-    delta = tl.load(delta_ptr + rows * HQ + head, mask=valid, other=0.0)
-    st = tl.dot(kb, tl.trans(q), input_precision=DOT_PREC)  # [keys, slots]
+    tile_row = row0 - p0 + qt * R
+    q_off = (offs_m // G)[:, None] * (HQ * D) + head[:, None] * D + offs_d[None, :]
+    q = tl.load(q_ptr + tile_row * (HQ * D) + q_off, mask=valid[:, None], other=0.0)
+    do = tl.load(do_ptr + tile_row * (HQ * D) + q_off, mask=valid[:, None], other=0.0)
+    lse_off = (offs_m // G) * HQ + head
+    lse = tl.load(lse_ptr + tile_row * HQ + lse_off, mask=valid, other=float("inf"))
+    delta = tl.load(delta_ptr + tile_row * HQ + lse_off, mask=valid, other=0.0)
+    st = tl.dot(kt, tl.trans(q), input_precision=DOT_PREC)  # [keys, slots]
     pt = tl.math.exp2(tl.fma(st, qk_scale, -lse[None, :]))
     if MASKED:
         pt = tl.where(kpos[:, None] <= qpos[None, :], pt, 0.0)
     dv = tl.dot(pt.to(do.dtype), do, dv, input_precision=DOT_PREC)
-    dpt = tl.dot(vb, tl.trans(do), input_precision=DOT_PREC)
+    dpt = tl.dot(vt, tl.trans(do), input_precision=DOT_PREC)
     dst = pt * (dpt - delta[None, :])
     dk = tl.dot(dst.to(q.dtype), q, dk, input_precision=DOT_PREC)
     return dk, dv
@@ -306,24 +315,24 @@ def _attn_bwd_dkv(
     blk = tl.program_id(0)
     j = tl.program_id(1)
     s_idx = tl.load(meta_ptr + KB_OFF + 2 * blk)
-    kstart = tl.load(meta_ptr + KB_OFF + 2 * blk + 1)
+    kstart = tl.load(meta_ptr + KB_OFF + 2 * blk + 1).to(tl.int32)
     row0 = tl.load(meta_ptr + 4 * s_idx)
-    p0 = tl.load(meta_ptr + 4 * s_idx + 1)
-    length = p0 + tl.load(meta_ptr + 4 * s_idx + 2)
+    p0 = tl.load(meta_ptr + 4 * s_idx + 1).to(tl.int32)
+    length = p0 + tl.load(meta_ptr + 4 * s_idx + 2).to(tl.int32)
     R: tl.constexpr = BLOCK_M // G
     offs_d = tl.arange(0, D)
     kpos = kstart + tl.arange(0, BLOCK_N)
-    own = (kpos >= p0) & (kpos < length)
-    kv_off = (row0 + kpos - p0)[:, None] * (HKV * D) + j * D + offs_d[None, :]
-    kt = tl.load(k_ptr + kv_off, mask=own[:, None], other=0.0)
-    vt = tl.load(v_ptr + kv_off, mask=own[:, None], other=0.0)
+    own = (kpos >= p0) & (kpos < length)  # prefix keys get no gradient and are never read here
+    kv_ptr_off = (row0 - p0 + kstart) * (HKV * D)
+    kv_off = tl.arange(0, BLOCK_N)[:, None] * (HKV * D) + j * D + offs_d[None, :]
+    kt = tl.load(k_ptr + kv_ptr_off + kv_off, mask=own[:, None], other=0.0)
+    vt = tl.load(v_ptr + kv_ptr_off + kv_off, mask=own[:, None], other=0.0)
     dk = tl.zeros((BLOCK_N, D), tl.float32)
     dv = tl.zeros((BLOCK_N, D), tl.float32)
     qt_first = tl.maximum(kstart, p0) // R
     qt_end = (length - 1) // R + 1
-    qt_free = tl.minimum(
-        (kstart + BLOCK_N - 1 + R - 1) // R, qt_end
-    )  # first tile every key of the block sees
+    # first query tile whose every slot sees every key of the block (no mask from there on)
+    qt_free = tl.minimum((kstart + BLOCK_N - 1 + R - 1) // R, qt_end)
     for qt in range(qt_first, qt_free):
         dk, dv = _dkv_step(
             dk, dv, kt, vt, kpos, qt, row0, p0, length, j, q_ptr, do_ptr, lse_ptr, delta_ptr, qk_scale,
@@ -334,8 +343,9 @@ def _attn_bwd_dkv(
             dk, dv, kt, vt, kpos, qt, row0, p0, length, j, q_ptr, do_ptr, lse_ptr, delta_ptr, qk_scale,
             HQ, D, G, BLOCK_M, False, DOT_PREC,
         )  # fmt: skip
-    tl.store(dk_ptr + kv_off, (dk * scale).to(dk_ptr.dtype.element_ty), mask=own[:, None])
-    tl.store(dv_ptr + kv_off, dv.to(dv_ptr.dtype.element_ty), mask=own[:, None])
+    dk_out = (dk * scale).to(dk_ptr.dtype.element_ty)
+    tl.store(dk_ptr + kv_ptr_off + kv_off, dk_out, mask=own[:, None])
+    tl.store(dv_ptr + kv_ptr_off + kv_off, dv.to(dv_ptr.dtype.element_ty), mask=own[:, None])
 
 
 # ---------------------------------------------------------------------------------------------------------
