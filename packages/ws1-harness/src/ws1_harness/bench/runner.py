@@ -322,7 +322,11 @@ def _row(p: S.Point, phase: str, cand: Any, case: C.OpCase, peer: str) -> R.Row:
 def _fill(row: R.Row, cand: Side, peer: Side) -> R.Row:
     row.candidate_ms, row.peer_ms = cand.ms, peer.ms
     row.kernels_observed = list(cand.kernels)
-    row.peak_mem_bytes = {"candidate": cand.peak, "peer": peer.peak} if (cand.peak or peer.peak) else None
+    row.peak_mem_bytes = (
+        {"candidate": cand.peak, "peer": peer.peak}
+        if (cand.peak is not None or peer.peak is not None)
+        else None
+    )
     row.errors = {k: v for k, v in (("candidate", cand.error), ("peer", peer.error)) if v}
     if row.errors:
         row.status = "error"
@@ -336,8 +340,11 @@ def bench_point(opts: Options, timer: Timer, cand: Any, p: S.Point, differentiab
     """The rows of one point (fwd, and bwd when differentiable); the point's tensors are freed on return."""
     rows = _measure_point(opts, timer, cand, p, differentiable)
     if opts.device == "cuda":
-        synchronize(opts.device)
-        torch.cuda.empty_cache()  # the next point may need the memory this one's caching pool holds
+        try:
+            synchronize(opts.device)
+            torch.cuda.empty_cache()  # the next point may need the memory this one's caching pool holds
+        except Exception:  # noqa: BLE001, S110 - a poisoned CUDA context shows as error rows that follow
+            pass
     return rows
 
 
@@ -391,6 +398,10 @@ def _measure_point(opts: Options, timer: Timer, cand: Any, p: S.Point, different
 # ---------------------------------------------------------------------------------------------- the run
 
 
+def _num(x: float | None, digits: int) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
 def _progress(out: TextIO | None, i: int, n: int, row: dict[str, Any]) -> None:
     if out is None:
         return
@@ -405,8 +416,8 @@ def _progress(out: TextIO | None, i: int, n: int, row: dict[str, Any]) -> None:
         verdict = {True: "met", False: "MISSED", None: "-"}[row["target_met"]]
         tgt = f" [{row['target']['text']}: {verdict}]" if row["target"] else ""
         line = (
-            f"{head}: cand {row['candidate_ms']:.4f} ms, peer {row['peer_ms']:.4f} ms, "
-            f"ratio {row['ratio']:.3f}{tgt}"
+            f"{head}: cand {_num(row['candidate_ms'], 4)} ms, peer {_num(row['peer_ms'], 4)} ms, "
+            f"ratio {_num(row['ratio'], 3)}{tgt}"
         )
     print(line, file=out, flush=True)
 
@@ -457,7 +468,15 @@ def collect(
     copy_gbs = ceilings["copy"].get("GB_s")
     rows: list[dict[str, Any]] = []
     for op in plan.ops:
-        cand, why = _resolve(opts, op)
+        try:
+            cand, why = _resolve(opts, op)
+        except Exception as exc:  # noqa: BLE001 - e.g. a device query on a poisoned CUDA context
+            cand, why = None, None
+            row = R.Row(op, "-", None, "-", "error", candidate_id=f"{opts.profile}.{op}")
+            row.errors = {"resolve": one_line(exc)}
+            rows.append(row.to_json(copy_gbs))
+            _progress(progress, len(rows), plan.total_rows, rows[-1])
+            continue
         if cand is None:
             row = R.Row(op, "-", None, "-", "unavailable", candidate_id=f"{opts.profile}.{op}", reason=why)
             rows.append(row.to_json(copy_gbs))
