@@ -76,7 +76,7 @@ def lm_head(x: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext) -> torch.
 
 def rope(x: torch.Tensor, theta: float, ctx: LayoutContext) -> torch.Tensor:
     theta = check_rope("native_torch.rope", x, theta, ctx, _BF)
-    cos, sin = rope_tables(ctx.positions, x.shape[-1], theta)
+    cos, sin = rope_tables(ctx.on(x.device)[1], x.shape[-1], theta)
     half = x.shape[-1] // 2
     xf = x.float()
     rot = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)

@@ -110,7 +110,7 @@ def lm_head(x: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext) -> torch.
 def rope(x: torch.Tensor, theta: float, ctx: LayoutContext) -> torch.Tensor:
     theta = check_rope("reference.rope", x, theta, ctx, _F32)
     with fp32_math():
-        cos, sin = rope_tables(ctx.positions, x.shape[-1], theta)
+        cos, sin = rope_tables(ctx.on(x.device)[1], x.shape[-1], theta)
         return rotate(x.float(), cos, sin)
 
 

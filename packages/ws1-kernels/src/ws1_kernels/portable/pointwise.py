@@ -137,4 +137,4 @@ def check_rope(
 def rope(x: torch.Tensor, theta: float, ctx: LayoutContext) -> torch.Tensor:
     """Rotary embedding (HF rotate_half) at ``ctx.positions``: ``[T,Nh,D] -> [T,Nh,D]``."""
     theta = check_rope("portable_cpu.rope", x, theta, ctx, torch.bfloat16)
-    return _Rope.apply(x, theta, ctx.positions)
+    return _Rope.apply(x, theta, ctx.on(x.device)[1])
