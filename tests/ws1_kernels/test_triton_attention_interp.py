@@ -15,7 +15,7 @@ import functools
 
 import pytest
 import torch
-from kernels_support import Batch, Case, assert_bitwise, layout, run, upstream
+from kernels_support import Batch, Call, Case, assert_bitwise, layout, run, upstream
 
 pytest.importorskip("triton")
 
@@ -146,6 +146,15 @@ def test_inference_layouts_bitwise(name: str) -> None:
     from kv_prefix) give the full prefill's bits for every row."""
     res = run(_fn(), _case(), BATCH, layout(BATCH, name), rule=None, backward=False)
     assert_bitwise(f"{name} out", res.out, _packed(False).out)
+
+
+def test_row_alone_bitwise() -> None:
+    """A single row alone in its call (its earlier keys from kv_prefix) has the bits it has in the packed
+    call: rows on both sides of key-block and query-tile boundaries of the 40-token sample."""
+    calls = [Call(((3, p),)) for p in (0, 7, 8, 15, 16, 17, 39)]
+    res = run(_fn(), _case(), BATCH, calls, rule=None, backward=False)
+    rows = [BATCH.offsets[3] + p for p in (0, 7, 8, 15, 16, 17, 39)]
+    assert_bitwise("row alone", res.out[rows], _packed(False).out[rows])
 
 
 @pytest.mark.parametrize("name", ["split_1", "padded_left"])
