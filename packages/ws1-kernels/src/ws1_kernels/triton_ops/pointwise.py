@@ -1,0 +1,340 @@
+"""silu, swiglu and rope (triton_cuda_bf16): elementwise fp32 math, one rounding to bf16.
+
+Why these are batch-invariant: no element depends on another (rope's pair lives in the same token), and
+every element runs the same instruction sequence wherever it sits in the grid, so its bits depend on its own
+inputs only.  The formulas and rounding points are the portable/reference ones, written out with FMA
+contraction off (``_memops.COMPILE``) and IEEE division, exactly as torch's own silu kernels (the fp32
+reference calls ``F.silu``) write them:
+  - ``e = exp(-x)``; silu ``x / (1 + e)``; swiglu ``(g / (1 + e)) * u``;
+  - with ``s = 1 / (1 + e)``: silu' ``(dy * s) * (1 + x * (1 - s))`` (``silu_backward``); swiglu
+    ``dgate = ((dy * u) * s) * (1 + g * (1 - s))``, ``dup = dy * (g / (1 + e))`` (autograd of ``silu(g) * u``);
+  - rope: ``inv = 1 / theta ** (2j / D)`` (fp64, the reference's own torch expression, computed once per
+    ``(theta, D)`` on the host), ``angle = pos * inv`` in fp64 (pads use position 0), ``cos``/``sin`` in fp64
+    rounded to fp32, then ``y1 = x1*c - x2*s``, ``y2 = x2*c + x1*s`` (HF rotate_half); the backward is the
+    same kernel with ``s`` negated (the transpose of the rotation), bit for bit the portable formula.
+Signed zeros follow the formulas: silu(-0) = -0 / 2 = -0, as in ``torch.nn.functional.silu``.  (The portable
+candidate writes ``x * s`` and ``dy * (s * ...)``: other rounding points, same math within an ulp or two.)
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from .. import _validate as v
+from ..context import LayoutContext
+from ..errors import KernelInputError
+from ..portable.pointwise import check_rope
+from . import OpSpec
+from ._launch import check_contiguous, check_device, launch
+from ._memops import COMPILE, float_dtype, precise, row_warps
+
+# elements per program of the flat elementwise kernels: 8 warps x 32 threads x 16 values, i.e. two 16-byte
+# bf16 vector loads per thread per input; a property of the code only, never of T (not tuned on the H200 yet)
+EW_BLOCK = 4096
+EW_WARPS = 8
+
+
+@triton.jit
+def _exp(x, PRECISE: tl.constexpr):  # pragma: no cover (Triton)
+    if PRECISE:
+        return libdevice.exp(x)  # __nv_expf, a couple of ulp (tl.exp is ex2.approx of x*log2(e))
+    else:
+        return tl.exp(x)
+
+
+@triton.jit
+def _silu_parts(x, PRECISE: tl.constexpr):  # pragma: no cover (Triton)
+    """``(silu(x), sigmoid(x))`` as torch computes them: ``x / (1 + exp(-x))`` and ``1 / (1 + exp(-x))``."""
+    den = 1.0 + _exp(-x, PRECISE)
+    return tl.div_rn(x, den), tl.div_rn(tl.full(x.shape, 1.0, tl.float32), den)
+
+
+@triton.jit
+def _silu_fwd(X, Y, n, PRECISE: tl.constexpr, BLOCK: tl.constexpr):  # pragma: no cover (Triton)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(X + offs, mask=m, other=0.0).to(tl.float32)
+    y, _ = _silu_parts(x, PRECISE)
+    tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _silu_bwd(X, DY, DX, n, PRECISE: tl.constexpr, BLOCK: tl.constexpr):  # pragma: no cover (Triton)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(X + offs, mask=m, other=0.0).to(tl.float32)
+    dy = tl.load(DY + offs, mask=m, other=0.0).to(tl.float32)
+    _, s = _silu_parts(x, PRECISE)
+    dx = (dy * s) * (1.0 + x * (1.0 - s))
+    tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _swiglu_fwd(G, U, Y, n, PRECISE: tl.constexpr, BLOCK: tl.constexpr):  # pragma: no cover (Triton)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    g = tl.load(G + offs, mask=m, other=0.0).to(tl.float32)
+    u = tl.load(U + offs, mask=m, other=0.0).to(tl.float32)
+    sg, _ = _silu_parts(g, PRECISE)
+    y = sg * u
+    tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _swiglu_bwd(
+    G,
+    U,
+    DY,
+    DG,
+    DU,
+    n,
+    DO_DG: tl.constexpr,
+    DO_DU: tl.constexpr,
+    PRECISE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # pragma: no cover (Triton)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    g = tl.load(G + offs, mask=m, other=0.0).to(tl.float32)
+    dy = tl.load(DY + offs, mask=m, other=0.0).to(tl.float32)
+    sg, s = _silu_parts(g, PRECISE)
+    if DO_DG:
+        u = tl.load(U + offs, mask=m, other=0.0).to(tl.float32)
+        dg = ((dy * u) * s) * (1.0 + g * (1.0 - s))
+        tl.store(DG + offs, dg.to(DG.dtype.element_ty), mask=m)
+    if DO_DU:
+        du = dy * sg
+        tl.store(DU + offs, du.to(DU.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _rope_rotate(
+    X,
+    Y,
+    POS,
+    INV,
+    sign,
+    NH,
+    HALF,
+    PRECISE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):  # pragma: no cover (Triton)
+    """One token per program: its fp64 angles once, then every head (``sign`` = -1: the backward)."""
+    t = tl.program_id(0).to(tl.int64)
+    pos = tl.maximum(tl.load(POS + t), 0).to(tl.float64)  # pads (position -1) use position 0
+    j = tl.arange(0, BLOCK_HALF)
+    inv = tl.load(INV + j, mask=j < HALF, other=0.0)
+    ang = pos * inv
+    if PRECISE:
+        c = libdevice.cos(ang).to(tl.float32)
+        s = libdevice.sin(ang).to(tl.float32)
+    else:
+        c = tl.cos(ang).to(tl.float32)
+        s = tl.sin(ang).to(tl.float32)
+    s = s * sign
+    h = tl.arange(0, BLOCK_H)[:, None]
+    jj = j[None, :]
+    m = (h < NH) & (jj < HALF)
+    base = t * NH * 2 * HALF + h * 2 * HALF + jj
+    x1 = tl.load(X + base, mask=m, other=0.0).to(tl.float32)
+    x2 = tl.load(X + base + HALF, mask=m, other=0.0).to(tl.float32)
+    c2, s2 = c[None, :], s[None, :]
+    y1 = x1 * c2 - x2 * s2
+    y2 = x2 * c2 + x1 * s2
+    tl.store(Y + base, y1.to(Y.dtype.element_ty), mask=m)
+    tl.store(Y + base + HALF, y2.to(Y.dtype.element_ty), mask=m)
+
+
+def _ew_grid(n: int) -> tuple[int]:
+    return (triton.cdiv(n, EW_BLOCK),)
+
+
+def _ew(kernel, phase: str, *args, **meta) -> None:
+    n = args[-1]
+    launch(kernel, _ew_grid(n), phase, *args, PRECISE=precise(), BLOCK=EW_BLOCK, num_warps=EW_WARPS,
+           **meta, **COMPILE)  # fmt: skip
+
+
+class _Silu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        y = torch.empty_like(x)
+        _ew(_silu_fwd, "fwd", x, y, x.numel())
+        ctx.save_for_backward(x)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        if not ctx.needs_input_grad[0]:
+            return None
+        (x,) = ctx.saved_tensors
+        dy = dy.contiguous()
+        dx = torch.empty_like(x)
+        _ew(_silu_bwd, "bwd", x, dy, dx, x.numel())
+        return dx
+
+
+class _SwiGLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up):  # type: ignore[override]
+        y = torch.empty_like(gate)
+        _ew(_swiglu_fwd, "fwd", gate, up, y, gate.numel())
+        ctx.save_for_backward(gate, up)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        do_dg, do_du = bool(ctx.needs_input_grad[0]), bool(ctx.needs_input_grad[1])
+        if not (do_dg or do_du):
+            return None, None
+        gate, up = ctx.saved_tensors
+        dy = dy.contiguous()
+        dg = torch.empty_like(gate) if do_dg else gate  # an unused pointer stands in
+        du = torch.empty_like(up) if do_du else up
+        _ew(_swiglu_bwd, "bwd", gate, up, dy, dg, du, gate.numel(), DO_DG=do_dg, DO_DU=do_du)
+        return (dg if do_dg else None), (du if do_du else None)
+
+
+# (theta, head_dim, device) -> fp64 inverse frequencies [head_dim / 2]
+_INV_FREQ: dict[tuple[float, int, torch.device], torch.Tensor] = {}
+
+
+def inv_freq(theta: float, dim: int, device: torch.device) -> torch.Tensor:
+    """``1 / theta ** (2j / dim)`` in fp64, by the reference's own torch expression on the host CPU.
+
+    Computed once per ``(theta, dim, device)`` and cached: ``dim / 2`` numbers (64 for Qwen3).  Python's and
+    numpy's ``pow`` differ from torch's in the last bit for a few ``j``, so the table is made by torch to give
+    the reference's angles bit for bit; the per-token math (angles, cos/sin, rotation) is all in the kernel.
+    """
+    key = (theta, dim, torch.device(device))
+    hit = _INV_FREQ.get(key)
+    if hit is None:
+        half = dim // 2
+        host = 1.0 / (theta ** (torch.arange(0, half, dtype=torch.float64) * 2.0 / dim))
+        hit = _INV_FREQ[key] = host.to(device)
+    return hit
+
+
+def _rope_launch(phase: str, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor, theta: float,
+                 sign: float) -> None:  # fmt: skip
+    nh, dim = x.shape[1], x.shape[2]
+    half = dim // 2
+    bh, bhalf = triton.next_power_of_2(nh), triton.next_power_of_2(half)
+    launch(_rope_rotate, (x.shape[0],), phase, x, y, positions, inv_freq(theta, dim, x.device), sign, nh, half,
+           PRECISE=precise(), BLOCK_H=bh, BLOCK_HALF=bhalf, num_warps=row_warps(2 * bh * bhalf),
+           **COMPILE)  # fmt: skip
+
+
+class _Rope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, theta, positions):  # type: ignore[override]
+        y = torch.empty_like(x)
+        _rope_launch("fwd", x, y, positions, theta, 1.0)
+        ctx.save_for_backward(positions)
+        ctx.theta = theta
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        (positions,) = ctx.saved_tensors
+        dy = dy.contiguous()
+        dx = torch.empty_like(dy)
+        _rope_launch("bwd", dy, dx, positions, ctx.theta, -1.0)
+        return dx, None, None
+
+
+def _check_rows(where: str, ctx: LayoutContext, rows: int, **tensors: torch.Tensor) -> None:
+    float_dtype(where, **tensors)
+    check_device(where, *tensors.values())
+    check_contiguous(where, **tensors)
+    ctx.check_rows(where, rows)
+
+
+def silu(x: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:
+    """``x * sigmoid(x)``: ``[T,F] -> [T,F]``."""
+    where = "triton_cuda_bf16.silu"
+    v.tensor(where, "x", x, 2, None)
+    _check_rows(where, ctx, x.shape[0], x=x)
+    return _Silu.apply(x)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:
+    """``silu(gate) * up``: ``[T,F], [T,F] -> [T,F]``."""
+    where = "triton_cuda_bf16.swiglu"
+    v.tensor(where, "gate", gate, 2, None)
+    v.tensor(where, "up", up, 2, None)
+    v.dims(where, "up", up, tuple(gate.shape))
+    _check_rows(where, ctx, gate.shape[0], gate=gate, up=up)
+    return _SwiGLU.apply(gate, up)
+
+
+def _check_rope_x(where: str, x: torch.Tensor, theta: float, ctx: LayoutContext) -> float:
+    v.tensor(where, "x", x, 3, None)
+    float_dtype(where, x=x)
+    theta = check_rope(where, x, theta, ctx, x.dtype)
+    check_device(where, x)
+    check_contiguous(where, x=x)
+    if triton.next_power_of_2(x.shape[1]) * triton.next_power_of_2(x.shape[2]) > 16384:
+        raise KernelInputError(f"{where}: {x.shape[1]} heads x {x.shape[2]} is wider than one program's tile")
+    return theta
+
+
+def rope(x: torch.Tensor, theta: float, ctx: LayoutContext) -> torch.Tensor:
+    """Rotary embedding (HF rotate_half) at ``ctx.positions``: ``[T,Nh,D] -> [T,Nh,D]``."""
+    where = "triton_cuda_bf16.rope"
+    theta = _check_rope_x(where, x, theta, ctx)
+    _, positions = ctx.on(x.device)
+    return _Rope.apply(x, theta, positions)
+
+
+# ---- plain forward entry points (benchmarks: no context, no autograd) ----------------------------------
+
+
+def swiglu_forward(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """``silu(g) * u`` for contiguous ``g``, ``u`` of one shape."""
+    where = "triton_cuda_bf16.swiglu_forward"
+    if g.shape != u.shape or g.numel() == 0:
+        raise KernelInputError(
+            f"{where}: g {tuple(g.shape)} and u {tuple(u.shape)} must be one non-empty shape"
+        )
+    float_dtype(where, g=g, u=u)
+    check_device(where, g, u)
+    check_contiguous(where, g=g, u=u)
+    y = torch.empty_like(g)
+    _ew(_swiglu_fwd, "fwd", g, u, y, g.numel())
+    return y
+
+
+def rope_forward(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding of ``x[T,Nh,D]`` at int64 ``positions[T]`` on x's device (negative: position 0)."""
+    where = "triton_cuda_bf16.rope_forward"
+    if x.dim() != 3 or x.shape[0] == 0 or x.shape[2] % 2:
+        raise KernelInputError(f"{where}: x must be [T>0, Nh, even D], got {tuple(x.shape)}")
+    if positions.dtype != torch.int64 or tuple(positions.shape) != (x.shape[0],):
+        raise KernelInputError(f"{where}: positions must be int64 [{x.shape[0]}], got {positions.dtype}")
+    float_dtype(where, x=x)
+    check_device(where, x, positions)
+    check_contiguous(where, x=x, positions=positions)
+    theta = v.positive(where, "theta", theta)
+    y = torch.empty_like(x)
+    _rope_launch("fwd", x, y, positions, theta, 1.0)
+    return y
+
+
+# empty/empty_like: outputs; clone: contiguous() of a non-contiguous upstream grad
+_EW_OPS = frozenset({"aten.empty", "aten.empty_like", "aten.clone"})
+# rope adds the one-time fp64 inverse-frequency table (arange, mul, div, pow, reciprocal on the host CPU,
+# then _to_copy to the device) and the per-call positions copy of ctx.on (_to_copy)
+_ROPE_OPS = _EW_OPS | frozenset({"aten.arange", "aten.mul", "aten.div", "aten.pow", "aten.reciprocal",
+                                 "aten._to_copy"})  # fmt: skip
+OPS: dict[str, OpSpec] = {
+    "silu": OpSpec(silu, frozenset({"_silu_fwd", "_silu_bwd"}), _EW_OPS),
+    "swiglu": OpSpec(swiglu, frozenset({"_swiglu_fwd", "_swiglu_bwd"}), _EW_OPS),
+    "rope": OpSpec(rope, frozenset({"_rope_rotate"}), _ROPE_OPS),
+}
