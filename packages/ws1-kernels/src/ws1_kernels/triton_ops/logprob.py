@@ -771,10 +771,12 @@ def _check_logp(where: str, logits: object, targets: object, *, allow_fp32: bool
         raise KernelInputError(f"{where}: empty batch (0 rows)")
     if vocab == 0:
         raise KernelInputError(f"{where}: empty vocab")
-    _check_targets(where, targets, vocab, t, check_range=check_range)
+    _check_targets(where, targets, vocab, t, check_range=False)
     assert isinstance(targets, torch.Tensor)
     check_device(where, logits, targets)
     check_contiguous(where, logits=logits, targets=targets)
+    if check_range:  # last: the only check that reads device data (one sync)
+        _check_targets(where, targets, vocab, t, check_range=True)
 
 
 def _check_linear(
@@ -790,10 +792,12 @@ def _check_linear(
         raise KernelInputError(f"{where}: empty batch (0 rows)")
     if 0 in weight.shape:
         raise KernelInputError(f"{where}: empty weight {tuple(weight.shape)}")
-    _check_targets(where, targets, weight.shape[0], x.shape[0], check_range=check_range)
+    _check_targets(where, targets, weight.shape[0], x.shape[0], check_range=False)
     assert isinstance(targets, torch.Tensor)
     check_device(where, x, weight, targets)
     check_contiguous(where, x=x, weight=weight, targets=targets)
+    if check_range:  # last: the only check that reads device data (one sync)
+        _check_targets(where, targets, weight.shape[0], x.shape[0], check_range=True)
 
 
 def _check_ctx(where: str, ctx: object, rows: int) -> LayoutContext:
@@ -832,8 +836,9 @@ def linear_logp_apply(
     """Validated autograd entry of linear_logp (fp32 too with ``allow_fp32``; ``tiles`` for tests only)."""
     if isinstance(x, torch.Tensor) and x.dim() == 2:
         _check_ctx(where, ctx, x.shape[0])
+    if isinstance(weight, torch.Tensor):
+        _check_main_grad(where, weight)  # host-only, before the target range check (the one sync)
     _check_linear(where, x, weight, targets, allow_fp32=allow_fp32, check_range=True)
-    _check_main_grad(where, weight)
     return _LinearLogp.apply(x, weight, targets, ctx, tiles or LINEAR_TILES)
 
 
