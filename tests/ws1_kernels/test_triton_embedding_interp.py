@@ -74,8 +74,9 @@ def test_main_grad_equals_the_portable_candidate_bit_for_bit() -> None:
     g = gen(9, (b.total, H), 1.0, torch.bfloat16)
     start = gen(11, (V, H), 2.0)
     ours = run_layout(_call(), b, "packed", {}, {"weight": w}, {"ids": ids}, upstream=g, main_grad=start)
-    port = run_layout(_call(portable.embedding), b, "packed", {}, {"weight": w}, {"ids": ids}, upstream=g,
-                      main_grad=start)  # fmt: skip
+    port = run_layout(
+        _call(portable.embedding), b, "packed", {}, {"weight": w}, {"ids": ids}, upstream=g, main_grad=start
+    )
     assert_bitwise("main_grad vs portable", ours.params["weight"].main_grad, port.params["weight"].main_grad)
 
 
@@ -93,8 +94,16 @@ def test_main_grad_over_micro_batches_equals_one_call() -> None:
     mg = start.clone()
     for s in reversed(range(len(b.lengths))):
         lo, n = b.offsets[s], b.lengths[s]
-        r = run_layout(_call(), Batch((n,), (1,)), "packed", {}, {"weight": w}, {"ids": ids[lo : lo + n]},
-                       upstream=g[lo : lo + n], main_grad=mg)  # fmt: skip
+        r = run_layout(
+            _call(),
+            Batch((n,), (1,)),
+            "packed",
+            {},
+            {"weight": w},
+            {"ids": ids[lo : lo + n]},
+            upstream=g[lo : lo + n],
+            main_grad=mg,
+        )
         mg = r.params["weight"].main_grad
     assert not same_bits(mg, one), "negative control: occurrence order left no trace"
 

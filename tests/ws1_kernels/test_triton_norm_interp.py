@@ -112,8 +112,15 @@ def test_main_grad_over_micro_batches_equals_one_call(op: str) -> None:
     for s in reversed(range(len(b.lengths))):
         sub = Batch((b.lengths[s],), (1,))
         lo = b.offsets[s]
-        r = run_layout(_call(op), sub, "packed", {"x": x[lo : lo + b.lengths[s]]}, {"w": w},
-                       upstream=g[lo : lo + b.lengths[s]], main_grad=desc)  # fmt: skip
+        r = run_layout(
+            _call(op),
+            sub,
+            "packed",
+            {"x": x[lo : lo + b.lengths[s]]},
+            {"w": w},
+            upstream=g[lo : lo + b.lengths[s]],
+            main_grad=desc,
+        )
         desc = r.params["w"].main_grad
     assert not same_bits(desc, one.params["w"].main_grad), "negative control: block order left no trace"
 

@@ -93,7 +93,7 @@ def test_row_alone_equals_row_in_batch(op: str) -> None:
 
 
 def test_rope_positions_come_from_the_context() -> None:
-    """Chunked calls (first position > 0) and permuted samples give the packed bits; a wrong position does not."""
+    """Chunked calls (first position > 0) and permuted samples give the packed bits; shifted ones do not."""
     b = BATCHES[17]
     rows = _rows("rope", b.total)
     g = gen(9, rows["x"].shape)

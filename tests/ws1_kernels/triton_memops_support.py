@@ -34,9 +34,19 @@ def tolerance(judgment: str, op_class: str, dtype: torch.dtype) -> tuple[float, 
     return spec.atol, spec.rtol
 
 
-def assert_close(name: str, cand: torch.Tensor, ref: torch.Tensor, judgment: str, op_class: str) -> None:
-    """Candidate within the contract tolerance of the fp32 reference (at the candidate's dtype)."""
-    atol, rtol = tolerance(judgment, op_class, cand.dtype)
+def assert_close(
+    name: str,
+    cand: torch.Tensor,
+    ref: torch.Tensor,
+    judgment: str,
+    op_class: str,
+    dtype: torch.dtype | None = None,
+) -> None:
+    """Candidate within the contract tolerance of the fp32 reference, at ``dtype`` (default: the candidate's).
+
+    An fp32 ``main_grad`` computed from bf16 inputs is judged at the bf16 tolerance, as the registry tests do.
+    """
+    atol, rtol = tolerance(judgment, op_class, dtype or cand.dtype)
     c, r = cand.detach().double().cpu(), ref.detach().double().cpu()
     assert c.shape == r.shape, f"{name}: shape {tuple(c.shape)} vs {tuple(r.shape)}"
     assert torch.isfinite(c).all(), f"{name}: non-finite candidate values"
@@ -88,7 +98,7 @@ def run_layout(
     upstream: torch.Tensor | None = None,
     main_grad: torch.Tensor | None = None,
 ) -> LayoutResult:
-    """Run ``call(phys_rows, params, ctx)`` once per physical call of ``layout_name``; restore to logical order.
+    """Run ``call(phys_rows, params, ctx)`` once per physical call of ``layout_name``, restore logical order.
 
     ``rows``/``ints`` are logical ``[N, ...]`` tensors (pads get deterministic garbage floats / id 0);
     ``upstream`` is the logical output gradient (pads get zero) or None for a forward-only run;
@@ -149,7 +159,7 @@ INTERPRETER_OPS = frozenset({"aten.new_empty", "aten.set_", "aten.copy_", "aten.
 
 
 def check_declared(spec, run: Callable[[], None], phases: set[str]) -> None:
-    """``run`` launches only the OpSpec's kernels (recorded in ``phases``) and dispatches only declared ops."""
+    """``run`` launches only the OpSpec's kernels (recorded in ``phases``), dispatches only declared ops."""
     watch = DispatchWatch()
     with launches.observe() as log, watch:
         run()

@@ -38,7 +38,7 @@ BWD_COLUMNS = 1024
 
 
 @triton.jit
-def _embedding_fwd(IDS, W, Y, V, H, BLOCK: tl.constexpr):  # pragma: no cover (Triton)
+def ws1_embedding_gather(IDS, W, Y, V, H, BLOCK: tl.constexpr):  # pragma: no cover (Triton)
     t = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     idx = tl.load(IDS + t)
@@ -49,7 +49,9 @@ def _embedding_fwd(IDS, W, Y, V, H, BLOCK: tl.constexpr):  # pragma: no cover (T
 
 
 @triton.jit
-def _embedding_bwd(SORTED_IDS, SORTED_ROWS, DY, MG, n, V, H, BLOCK: tl.constexpr):  # pragma: no cover
+def ws1_embedding_wgrad_runs(
+    SORTED_IDS, SORTED_ROWS, DY, MG, n, V, H, BLOCK: tl.constexpr
+):  # pragma: no cover
     i = tl.program_id(0)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     cm = c < H
@@ -73,8 +75,19 @@ class _Embedding(torch.autograd.Function):
         t, (vocab, h) = token_ids.shape[0], weight.shape
         y = torch.empty((t, h), dtype=weight.dtype, device=weight.device)
         block = min(FWD_COLUMNS, triton.next_power_of_2(h))
-        launch(_embedding_fwd, (t, triton.cdiv(h, block)), "fwd", token_ids, weight, y, vocab, h,
-               BLOCK=block, num_warps=4, **COMPILE)  # fmt: skip
+        launch(
+            ws1_embedding_gather,
+            (t, triton.cdiv(h, block)),
+            "fwd",
+            token_ids,
+            weight,
+            y,
+            vocab,
+            h,
+            BLOCK=block,
+            num_warps=4,
+            **COMPILE,
+        )
         ctx.save_for_backward(token_ids)
         ctx.weight, ctx.lctx = weight, lctx
         return y
@@ -94,8 +107,21 @@ class _Embedding(torch.autograd.Function):
         rows_sorted = rows[perm]
         n, (vocab, h) = rows.shape[0], weight.shape
         block = min(BWD_COLUMNS, triton.next_power_of_2(h))
-        launch(_embedding_bwd, (n, triton.cdiv(h, block)), "bwd", ids_sorted, rows_sorted, dy, mg, n, vocab, h,
-               BLOCK=block, num_warps=4, **COMPILE)  # fmt: skip
+        launch(
+            ws1_embedding_wgrad_runs,
+            (n, triton.cdiv(h, block)),
+            "bwd",
+            ids_sorted,
+            rows_sorted,
+            dy,
+            mg,
+            n,
+            vocab,
+            h,
+            BLOCK=block,
+            num_warps=4,
+            **COMPILE,
+        )
         return None, None, None
 
 
@@ -114,10 +140,21 @@ def embedding(token_ids: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext)
     return _Embedding.apply(token_ids, weight, ctx)
 
 
-_KERNELS = frozenset({"_embedding_fwd", "_embedding_bwd"})
+_KERNELS = frozenset({"ws1_embedding_gather", "ws1_embedding_wgrad_runs"})
 # aminmax + _local_scalar_dense: the id-range check; empty: the output; zeros: main_grad created lazily;
 # lift_fresh/_to_copy: the host-built logical row order (once per call and device); index/sort: gather the
 # ids in logical order, stable sort, permute the rows; clone: contiguous() of a non-contiguous upstream grad
-_DECLARED = frozenset({"aten.aminmax", "aten._local_scalar_dense", "aten.empty", "aten.zeros", "aten.lift_fresh",
-                       "aten._to_copy", "aten.index", "aten.sort", "aten.clone"})  # fmt: skip
+_DECLARED = frozenset(
+    {
+        "aten.aminmax",
+        "aten._local_scalar_dense",
+        "aten.empty",
+        "aten.zeros",
+        "aten.lift_fresh",
+        "aten._to_copy",
+        "aten.index",
+        "aten.sort",
+        "aten.clone",
+    }
+)
 OPS: dict[str, OpSpec] = {"embedding": OpSpec(embedding, _KERNELS, _DECLARED)}

@@ -11,7 +11,7 @@ its position 0, empty slots zero-filled; a host-built table from ``ctx.segments`
 in order; per row it recomputes ``r``, writes ``dx = r * (g - xhat * c)`` (``g = dy*w``,
 ``c = sum(g*xhat) / D``) and adds ``dy * xhat`` into an fp32 block accumulator (slot order, then a tree over
 heads for qk_norm).  The block sums ``[n_blocks, D]`` then go into ``weight.main_grad`` in block order, one
-add per block, by ``_norm_wgrad_accumulate`` (each program owns 32 columns and walks every block): the
+add per block, by ``ws1_norm_wgrad_accumulate`` (each program owns 32 columns and walks every block): the
 portable rule's semantics (sum within a block, then add it to main_grad), never a split that depends on the
 number of rows or SMs.  Pad rows get their dx from extra programs that store no block sum.
 """
@@ -41,7 +41,7 @@ ACC_UNROLL_INTERP = 4
 
 
 @triton.jit
-def _norm_fwd(
+def ws1_norm_fwd(
     X, W, Y, eps, d_float, NH, D, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr
 ):  # pragma: no cover (Triton)
     t = tl.program_id(0).to(tl.int64)
@@ -58,7 +58,7 @@ def _norm_fwd(
 
 
 @triton.jit
-def _norm_bwd(
+def ws1_norm_bwd_blocks(
     X,
     W,
     DY,
@@ -109,7 +109,7 @@ def _norm_bwd(
 
 
 @triton.jit
-def _norm_wgrad_accumulate(
+def ws1_norm_wgrad_accumulate(
     BSUM, MG, n_blocks, D, BLOCK_C: tl.constexpr, UNROLL: tl.constexpr
 ):  # pragma: no cover (Triton)
     c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -145,8 +145,22 @@ class _Norm(torch.autograd.Function):
         nh, d = (1, x.shape[1]) if x.dim() == 2 else (x.shape[1], x.shape[2])
         bh, bd, warps = _tile(nh, d)
         y = torch.empty_like(x)
-        launch(_norm_fwd, (x.shape[0],), "fwd", x, weight, y, eps, float(d), nh, d,
-               BLOCK_H=bh, BLOCK_D=bd, num_warps=warps, **COMPILE)  # fmt: skip
+        launch(
+            ws1_norm_fwd,
+            (x.shape[0],),
+            "fwd",
+            x,
+            weight,
+            y,
+            eps,
+            float(d),
+            nh,
+            d,
+            BLOCK_H=bh,
+            BLOCK_D=bd,
+            num_warps=warps,
+            **COMPILE,
+        )
         ctx.save_for_backward(x, weight)
         ctx.eps, ctx.lctx, ctx.shape = eps, lctx, (nh, d)
         return y
@@ -166,13 +180,44 @@ class _Norm(torch.autograd.Function):
         dx = torch.empty_like(x) if do_dx else x  # x stands in for the unused pointer
         bsum = torch.empty((max(table.n_blocks, 1), d), dtype=torch.float32, device=x.device) if do_dw else x
         if n_prog:
-            launch(_norm_bwd, (n_prog,), "bwd", x, weight, dy, dx, bsum, table.rows, table.n_blocks, ctx.eps,
-                   float(d), nh, d, WB=WGRAD_BLOCK, BLOCK_H=bh, BLOCK_D=bd, DO_DX=do_dx, DO_DW=do_dw,
-                   num_warps=warps, **COMPILE)  # fmt: skip
+            launch(
+                ws1_norm_bwd_blocks,
+                (n_prog,),
+                "bwd",
+                x,
+                weight,
+                dy,
+                dx,
+                bsum,
+                table.rows,
+                table.n_blocks,
+                ctx.eps,
+                float(d),
+                nh,
+                d,
+                WB=WGRAD_BLOCK,
+                BLOCK_H=bh,
+                BLOCK_D=bd,
+                DO_DX=do_dx,
+                DO_DW=do_dw,
+                num_warps=warps,
+                **COMPILE,
+            )
         if do_dw and table.n_blocks:
             mg = main_grad_of(weight)
-            launch(_norm_wgrad_accumulate, (triton.cdiv(d, ACC_COLUMNS),), "bwd", bsum, mg, table.n_blocks, d,
-                   BLOCK_C=ACC_COLUMNS, UNROLL=ACC_UNROLL_INTERP if interpreting() else ACC_UNROLL, num_warps=1, **COMPILE)  # fmt: skip
+            launch(
+                ws1_norm_wgrad_accumulate,
+                (triton.cdiv(d, ACC_COLUMNS),),
+                "bwd",
+                bsum,
+                mg,
+                table.n_blocks,
+                d,
+                BLOCK_C=ACC_COLUMNS,
+                UNROLL=ACC_UNROLL_INTERP if interpreting() else ACC_UNROLL,
+                num_warps=1,
+                **COMPILE,
+            )
         return (dx if do_dx else None), None, None, None
 
 
@@ -224,16 +269,39 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tens
     nh, d = (1, x.shape[1]) if x.dim() == 2 else (x.shape[1], x.shape[2])
     bh, bd, warps = _tile(nh, d)
     y = torch.empty_like(x)
-    launch(_norm_fwd, (x.shape[0],), "fwd", x, w, y, eps, float(d), nh, d,
-           BLOCK_H=bh, BLOCK_D=bd, num_warps=warps, **COMPILE)  # fmt: skip
+    launch(
+        ws1_norm_fwd,
+        (x.shape[0],),
+        "fwd",
+        x,
+        w,
+        y,
+        eps,
+        float(d),
+        nh,
+        d,
+        BLOCK_H=bh,
+        BLOCK_D=bd,
+        num_warps=warps,
+        **COMPILE,
+    )
     return y
 
 
-_KERNELS = frozenset({"_norm_fwd", "_norm_bwd", "_norm_wgrad_accumulate"})
+_KERNELS = frozenset({"ws1_norm_fwd", "ws1_norm_bwd_blocks", "ws1_norm_wgrad_accumulate"})
 # empty/empty_like: outputs and the block sums; zeros: main_grad created lazily; lift_fresh/_to_copy: the
 # host-built block table (once per call and device); clone: contiguous() of a non-contiguous upstream grad
-_DECLARED = frozenset({"aten.empty", "aten.empty_like", "aten.zeros", "aten.lift_fresh", "aten._to_copy",
-                       "aten.clone", "aten.view"})  # fmt: skip
+_DECLARED = frozenset(
+    {
+        "aten.empty",
+        "aten.empty_like",
+        "aten.zeros",
+        "aten.lift_fresh",
+        "aten._to_copy",
+        "aten.clone",
+        "aten.view",
+    }
+)
 OPS: dict[str, OpSpec] = {
     "rms_norm": OpSpec(rms_norm, _KERNELS, _DECLARED),
     "qk_norm": OpSpec(qk_norm, _KERNELS, _DECLARED),

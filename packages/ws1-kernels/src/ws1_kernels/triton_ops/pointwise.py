@@ -7,7 +7,7 @@ contraction off (``_memops.COMPILE``) and IEEE division, exactly as torch's own 
 reference calls ``F.silu``) write them:
   - ``e = exp(-x)``; silu ``x / (1 + e)``; swiglu ``(g / (1 + e)) * u``;
   - with ``s = 1 / (1 + e)``: silu' ``(dy * s) * (1 + x * (1 - s))`` (``silu_backward``); swiglu
-    ``dgate = ((dy * u) * s) * (1 + g * (1 - s))``, ``dup = dy * (g / (1 + e))`` (autograd of ``silu(g) * u``);
+    ``dgate = ((dy * u) * s) * (1 + g * (1 - s))``, ``dup = dy * (g / (1 + e))`` (autograd of silu(g) * u);
   - rope: ``inv = 1 / theta ** (2j / D)`` (fp64, the reference's own torch expression, computed once per
     ``(theta, D)`` on the host), ``angle = pos * inv`` in fp64 (pads use position 0), ``cos``/``sin`` in fp64
     rounded to fp32, then ``y1 = x1*c - x2*s``, ``y2 = x2*c + x1*s`` (HF rotate_half); the backward is the
@@ -31,9 +31,11 @@ from . import OpSpec
 from ._launch import check_contiguous, check_device, launch
 from ._memops import COMPILE, float_dtype, precise, row_warps
 
-# elements per program of the flat elementwise kernels: 8 warps x 32 threads x 16 values, i.e. two 16-byte
-# bf16 vector loads per thread per input; a property of the code only, never of T (not tuned on the H200 yet)
-EW_BLOCK = 4096
+# elements per program of the flat elementwise kernels: 8 warps x 32 threads x 8 values, one 16-byte bf16
+# vector load per thread per input.  ptxas (sm_90a, offline) gives swiglu_bwd 74 registers at this shape and
+# 156 at 16 values per thread, so about three programs fit per SM instead of one.  A property of the code only,
+# never of T; not timed on the H200 yet.
+EW_BLOCK = 2048
 EW_WARPS = 8
 
 
@@ -53,7 +55,7 @@ def _silu_parts(x, PRECISE: tl.constexpr):  # pragma: no cover (Triton)
 
 
 @triton.jit
-def _silu_fwd(X, Y, n, PRECISE: tl.constexpr, BLOCK: tl.constexpr):  # pragma: no cover (Triton)
+def ws1_silu_fwd(X, Y, n, PRECISE: tl.constexpr, BLOCK: tl.constexpr):  # pragma: no cover (Triton)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     x = tl.load(X + offs, mask=m, other=0.0).to(tl.float32)
@@ -62,7 +64,7 @@ def _silu_fwd(X, Y, n, PRECISE: tl.constexpr, BLOCK: tl.constexpr):  # pragma: n
 
 
 @triton.jit
-def _silu_bwd(X, DY, DX, n, PRECISE: tl.constexpr, BLOCK: tl.constexpr):  # pragma: no cover (Triton)
+def ws1_silu_bwd(X, DY, DX, n, PRECISE: tl.constexpr, BLOCK: tl.constexpr):  # pragma: no cover (Triton)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     x = tl.load(X + offs, mask=m, other=0.0).to(tl.float32)
@@ -73,7 +75,7 @@ def _silu_bwd(X, DY, DX, n, PRECISE: tl.constexpr, BLOCK: tl.constexpr):  # prag
 
 
 @triton.jit
-def _swiglu_fwd(G, U, Y, n, PRECISE: tl.constexpr, BLOCK: tl.constexpr):  # pragma: no cover (Triton)
+def ws1_swiglu_fwd(G, U, Y, n, PRECISE: tl.constexpr, BLOCK: tl.constexpr):  # pragma: no cover (Triton)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     g = tl.load(G + offs, mask=m, other=0.0).to(tl.float32)
@@ -84,7 +86,7 @@ def _swiglu_fwd(G, U, Y, n, PRECISE: tl.constexpr, BLOCK: tl.constexpr):  # prag
 
 
 @triton.jit
-def _swiglu_bwd(
+def ws1_swiglu_bwd(
     G,
     U,
     DY,
@@ -111,7 +113,7 @@ def _swiglu_bwd(
 
 
 @triton.jit
-def _rope_rotate(
+def ws1_rope_rotate(
     X,
     Y,
     POS,
@@ -155,15 +157,24 @@ def _ew_grid(n: int) -> tuple[int]:
 
 def _ew(kernel, phase: str, *args, **meta) -> None:
     n = args[-1]
-    launch(kernel, _ew_grid(n), phase, *args, PRECISE=precise(), BLOCK=EW_BLOCK, num_warps=EW_WARPS,
-           **meta, **COMPILE)  # fmt: skip
+    launch(
+        kernel,
+        _ew_grid(n),
+        phase,
+        *args,
+        PRECISE=precise(),
+        BLOCK=EW_BLOCK,
+        num_warps=EW_WARPS,
+        **meta,
+        **COMPILE,
+    )
 
 
 class _Silu(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):  # type: ignore[override]
         y = torch.empty_like(x)
-        _ew(_silu_fwd, "fwd", x, y, x.numel())
+        _ew(ws1_silu_fwd, "fwd", x, y, x.numel())
         ctx.save_for_backward(x)
         return y
 
@@ -174,7 +185,7 @@ class _Silu(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         dy = dy.contiguous()
         dx = torch.empty_like(x)
-        _ew(_silu_bwd, "bwd", x, dy, dx, x.numel())
+        _ew(ws1_silu_bwd, "bwd", x, dy, dx, x.numel())
         return dx
 
 
@@ -182,7 +193,7 @@ class _SwiGLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up):  # type: ignore[override]
         y = torch.empty_like(gate)
-        _ew(_swiglu_fwd, "fwd", gate, up, y, gate.numel())
+        _ew(ws1_swiglu_fwd, "fwd", gate, up, y, gate.numel())
         ctx.save_for_backward(gate, up)
         return y
 
@@ -195,7 +206,7 @@ class _SwiGLU(torch.autograd.Function):
         dy = dy.contiguous()
         dg = torch.empty_like(gate) if do_dg else gate  # an unused pointer stands in
         du = torch.empty_like(up) if do_du else up
-        _ew(_swiglu_bwd, "bwd", gate, up, dy, dg, du, gate.numel(), DO_DG=do_dg, DO_DU=do_du)
+        _ew(ws1_swiglu_bwd, "bwd", gate, up, dy, dg, du, gate.numel(), DO_DG=do_dg, DO_DU=do_du)
         return (dg if do_dg else None), (du if do_du else None)
 
 
@@ -219,14 +230,29 @@ def inv_freq(theta: float, dim: int, device: torch.device) -> torch.Tensor:
     return hit
 
 
-def _rope_launch(phase: str, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor, theta: float,
-                 sign: float) -> None:  # fmt: skip
+def _rope_launch(
+    phase: str, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor, theta: float, sign: float
+) -> None:
     nh, dim = x.shape[1], x.shape[2]
     half = dim // 2
     bh, bhalf = triton.next_power_of_2(nh), triton.next_power_of_2(half)
-    launch(_rope_rotate, (x.shape[0],), phase, x, y, positions, inv_freq(theta, dim, x.device), sign, nh, half,
-           PRECISE=precise(), BLOCK_H=bh, BLOCK_HALF=bhalf, num_warps=row_warps(2 * bh * bhalf),
-           **COMPILE)  # fmt: skip
+    launch(
+        ws1_rope_rotate,
+        (x.shape[0],),
+        phase,
+        x,
+        y,
+        positions,
+        inv_freq(theta, dim, x.device),
+        sign,
+        nh,
+        half,
+        PRECISE=precise(),
+        BLOCK_H=bh,
+        BLOCK_HALF=bhalf,
+        num_warps=row_warps(2 * bh * bhalf),
+        **COMPILE,
+    )
 
 
 class _Rope(torch.autograd.Function):
@@ -307,7 +333,7 @@ def swiglu_forward(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     check_device(where, g, u)
     check_contiguous(where, g=g, u=u)
     y = torch.empty_like(g)
-    _ew(_swiglu_fwd, "fwd", g, u, y, g.numel())
+    _ew(ws1_swiglu_fwd, "fwd", g, u, y, g.numel())
     return y
 
 
@@ -331,10 +357,11 @@ def rope_forward(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torc
 _EW_OPS = frozenset({"aten.empty", "aten.empty_like", "aten.clone"})
 # rope adds the one-time fp64 inverse-frequency table (arange, mul, div, pow, reciprocal on the host CPU,
 # then _to_copy to the device) and the per-call positions copy of ctx.on (_to_copy)
-_ROPE_OPS = _EW_OPS | frozenset({"aten.arange", "aten.mul", "aten.div", "aten.pow", "aten.reciprocal",
-                                 "aten._to_copy"})  # fmt: skip
+_ROPE_OPS = _EW_OPS | frozenset(
+    {"aten.arange", "aten.mul", "aten.div", "aten.pow", "aten.reciprocal", "aten._to_copy"}
+)
 OPS: dict[str, OpSpec] = {
-    "silu": OpSpec(silu, frozenset({"_silu_fwd", "_silu_bwd"}), _EW_OPS),
-    "swiglu": OpSpec(swiglu, frozenset({"_swiglu_fwd", "_swiglu_bwd"}), _EW_OPS),
-    "rope": OpSpec(rope, frozenset({"_rope_rotate"}), _ROPE_OPS),
+    "silu": OpSpec(silu, frozenset({"ws1_silu_fwd", "ws1_silu_bwd"}), _EW_OPS),
+    "swiglu": OpSpec(swiglu, frozenset({"ws1_swiglu_fwd", "ws1_swiglu_bwd"}), _EW_OPS),
+    "rope": OpSpec(rope, frozenset({"ws1_rope_rotate"}), _ROPE_OPS),
 }
