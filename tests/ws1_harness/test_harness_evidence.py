@@ -18,6 +18,7 @@ from ws1_harness.evidence import (
     partial_path_for,
     read_evidence,
 )
+from ws1_harness.evidence import SCHEMA_VERSION
 from ws1_harness.gate import gate
 
 
@@ -25,7 +26,7 @@ def test_round_trip_through_the_schema(factory) -> None:
     writer, expected = factory.write("run")
     doc = load_evidence(writer.path)
     assert doc["finalised"] is True
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == SCHEMA_VERSION
     assert [Cell.from_json(c).key for c in doc["cells"]] == list(expected)
     assert doc["counts"]["total"] == len(expected) == len(doc["cells"])
     assert doc["counts"]["green"] + doc["counts"]["na"] == len(expected)
@@ -111,7 +112,7 @@ def _edit(path: Path, fn) -> None:
         ),
         (lambda d: d["workload"].__setitem__("revision", 7), "revision"),
         (lambda d: d.pop("provenance"), "provenance"),
-        (lambda d: d.__setitem__("schema_version", 2), "schema_version"),
+        (lambda d: d.__setitem__("schema_version", SCHEMA_VERSION + 1), "schema_version"),
         (lambda d: d.__setitem__("extra", 1), "extra"),
         (lambda d: d["cells"][0].__setitem__("reason_code", "made_up"), "reason_code"),
     ],

@@ -69,7 +69,7 @@ def test_merge_refuses_overlap(factory, monkeypatch) -> None:
 def test_merge_refuses_schema_version_mismatch(factory, monkeypatch) -> None:
     paths = _shards(factory, monkeypatch)
     doc = json.loads(paths[1].read_text())
-    doc["schema_version"] = 2
+    doc["schema_version"] = 99
     paths[1].write_text(json.dumps(doc))
     with pytest.raises(EvidenceError, match="schema_version"):
         merge(paths)

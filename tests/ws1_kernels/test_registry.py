@@ -31,7 +31,7 @@ def test_builtin_profiles_resolve_with_ids() -> None:
 @pytest.mark.parametrize(
     ("profile", "reason"),
     [
-        ("triton_cuda_bf16", "no candidate registered yet"),
+        ("triton_cuda_bf16", "runs on cuda, asked for cpu"),
         ("cuda_bf16", "no candidate registered yet"),
         ("cuda_bf16_sm90", "needs CUDA sm90"),
     ],
@@ -41,6 +41,8 @@ def test_declared_gpu_profiles_fail_closed(profile: str, reason: str) -> None:
         registry.resolve(profile, "det_gemm", "cpu")
     assert reason in str(info.value) and info.value.rejections[0][0] == f"{profile}.det_gemm"
     assert "\n" not in str(info.value)
+    # a candidate that exists for another device is pending hardware (pending_arch), never a red gap
+    assert info.value.hardware_only == (profile == "triton_cuda_bf16")
 
 
 def test_unknown_names_and_layout_only() -> None:

@@ -128,6 +128,9 @@ class Cell:
     wall_s: float = 0.0
     layouts: tuple[LayoutResult, ...] = ()
     shard: int | None = None
+    # where the cell's tensors lived, read from the candidate's outputs: {"type", "name", "capability"};
+    # None when nothing ran (unavailable candidate, timeout)
+    device: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", CellStatus(self.status))
@@ -152,6 +155,7 @@ class Cell:
             "observed_ops": sorted(self.observed_ops),
             "wall_s": float(self.wall_s),
             "layouts": [lr.to_json() for lr in self.layouts],
+            "device": None if self.device is None else dict(self.device),
         }
         if self.shard is not None:
             out["shard"] = self.shard
@@ -170,6 +174,7 @@ class Cell:
             wall_s=float(d.get("wall_s", 0.0)),
             layouts=tuple(LayoutResult.from_json(x) for x in d.get("layouts", ())),
             shard=d.get("shard"),
+            device=d.get("device"),
         )
 
 

@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="model widths (default qwen3-8b); other widths are labelled as their own tier, e.g. primary@tiny",
     )
     m.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where units execute: auto (the candidate's device; CUDA for device-agnostic profiles when present)",
+    )
+    m.add_argument(
         "--in-process",
         action="store_true",
         help="run units in this process (no worker, no time limit): for debugging only",

@@ -31,7 +31,7 @@ from ws1_harness.cells import Cell, CellError, CellKey, OperatorInfo, cell_key_o
 from ws1_harness.provenance import collect_provenance
 from ws1_harness.status import CellStatus
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: arch-labelled profiles, per-cell device, kernel_mismatch
 PARTIAL_SUFFIX = ".partial.jsonl"
 
 

@@ -71,6 +71,51 @@ def source_commit(doc: Mapping[str, Any]) -> tuple[list[str], bool]:
     return commits, any(p["git_dirty"] for p in provs)
 
 
+def device_contradictions(doc: Mapping[str, Any]) -> list[str]:
+    """Cells whose recorded device contradicts the provenance of the shard that wrote them.
+
+    Each cell records the device its tensors lived on (read from the candidate's outputs); the shard's provenance
+    names the device of the process. A GPU cell carries its arch in the profile label (`native_torch@sm90`, or
+    `...@sm86-proxy` when the shard declares a PTX proxy). Evidence that says "H200" while its cells ran on the
+    host, or the reverse, is refused: its verdict would describe another run.
+    """
+    shards = doc.get("shards") or []
+    out: list[str] = []
+    for cell in doc["cells"]:
+        where = cell_key_of(cell).label()
+        idx = cell.get("shard")
+        prov = (
+            shards[idx]["provenance"]
+            if shards and idx is not None and idx < len(shards)
+            else doc["provenance"]
+        )
+        dev = cell.get("device")
+        label = cell["profile"].split("@", 1)[1] if "@" in cell["profile"] else None
+        if dev is None:
+            if cell["status"] == CellStatus.GREEN.value:
+                out.append(f"{where}: green but records no device")
+            continue
+        if dev["type"] != prov["device"]:
+            out.append(f"{where}: ran on {dev['type']} but the shard's provenance names {prov['device']}")
+            continue
+        if dev["type"] != "cuda":
+            if label is not None:
+                out.append(f"{where}: ran on {dev['type']} but its profile is labelled with arch {label!r}")
+            continue
+        if dev["capability"] != prov["capability"]:
+            out.append(
+                f"{where}: ran on {dev['capability']} but the shard's provenance names {prov['capability']}"
+            )
+        elif label is None:
+            out.append(f"{where}: ran on CUDA {dev['capability']} but its profile carries no arch label")
+        elif label.endswith("-proxy"):
+            if not prov.get("arch_proxy"):
+                out.append(f"{where}: labelled {label!r} but the shard declares no arch proxy")
+        elif label != dev["capability"].replace("_", ""):
+            out.append(f"{where}: labelled {label!r} but ran on {dev['capability']}")
+    return out
+
+
 def _judge_cell(raw: Mapping[str, Any], exp: ExpectedCell, allow_pending_arch: bool) -> Problem | None:
     key = exp.key.label()
     status = CellStatus(raw["status"])
@@ -159,6 +204,14 @@ def gate(
     except (EvidenceError, CellError) as exc:
         line = f"ws1 gate: {VERDICTS[EXIT_BAD_INPUT]}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         return GateResult(EXIT_BAD_INPUT, (line,), (Problem("bad_input", "bad_input", line),))
+
+    contradictions = device_contradictions(doc)
+    if contradictions:
+        line = (
+            f"ws1 gate: {VERDICTS[EXIT_BAD_INPUT]}: {source}: {len(contradictions)} cell(s) contradict the "
+            f"provenance, first: {contradictions[0]}"
+        )
+        return GateResult(EXIT_BAD_INPUT, (line,), (Problem("bad_input", "device_mismatch", line),))
 
     problems: list[Problem] = []
     if not doc["finalised"]:

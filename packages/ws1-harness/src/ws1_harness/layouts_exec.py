@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ws1_kernels import LayoutContext
+from ws1_kernels.reference import fp32_math
 from ws1_workload import Layout, PhysicalCall, restore
 
 from .adapters import OperatorAdapter
@@ -75,17 +76,24 @@ def physical_index(call: PhysicalCall, offsets: Mapping[int, int]) -> Tensor:
 
 
 def gather_rows(logical: Tensor, index: Tensor, pad_rows: Tensor | None) -> Tensor:
-    """Physical tensor: logical rows at `index`, `pad_rows` (or zeros) where index is -1."""
+    """Physical tensor on `logical`'s device: logical rows at `index`, `pad_rows` (or zeros) where index is -1.
+
+    `index` is a host tensor (the layout map is host data); the masks are derived on the host and moved once,
+    so building a call's inputs never waits on the device.
+    """
     real = index >= 0
-    out = torch.zeros((len(index), *logical.shape[1:]), dtype=logical.dtype)
-    out[real] = logical[index[real]]
-    if pad_rows is not None and (~real).any():
-        out[~real] = pad_rows[~real].to(logical.dtype)
+    dev = logical.device
+    out = torch.zeros((len(index), *logical.shape[1:]), dtype=logical.dtype, device=dev)
+    real_rows = torch.nonzero(real).flatten()
+    out[real_rows.to(dev)] = logical[index[real_rows].to(dev)]
+    if pad_rows is not None and not bool(real.all()):
+        pad_idx = torch.nonzero(~real).flatten()
+        out[pad_idx.to(dev)] = pad_rows[pad_idx].to(device=dev, dtype=logical.dtype)
     return out
 
 
 def _integer_pad(logical: Tensor, pad_id: int, n: int) -> Tensor:
-    return torch.full((n, *logical.shape[1:]), pad_id, dtype=logical.dtype)
+    return torch.full((n, *logical.shape[1:]), pad_id, dtype=logical.dtype)  # host: gather_rows moves it
 
 
 def _kv_prefix(call: PhysicalCall, inputs: LogicalInputs) -> dict[int, tuple[Tensor, Tensor]]:
@@ -118,7 +126,7 @@ def _fresh_params(
         if train and rule == PARAM_RULE_MAIN_GRAD:
             buf = pool.get(name) if pool is not None else None
             if buf is None:
-                buf = torch.zeros(value.shape, dtype=torch.float32)
+                buf = torch.zeros(value.shape, dtype=torch.float32, device=value.device)
                 if pool is not None:
                     pool[name] = buf
             else:
@@ -155,8 +163,14 @@ def run_layout(
     train: bool,
     param_rule: str | None,
     main_grad_pool: dict[str, Tensor] | None = None,
+    watch_launches: bool = False,
 ) -> LayoutRun:
-    """Execute `fn` call by call on `layout`; backward too when `train` (training layouts only)."""
+    """Execute `fn` call by call on `layout`; backward too when `train` (training layouts only).
+
+    Every tensor the candidate sees lives on the device of the logical inputs. The context carries the layout
+    map as host tensors (its segments never sync with the device; `ctx.on(device)` copies the ids once).
+    `watch_launches` (on a GPU) also checks each call's recorded Triton kernels against the launched ones.
+    """
     params = _fresh_params(inputs, train, param_rule, main_grad_pool)
     outputs: list[Tensor] = []
     grads: dict[str, list[Tensor]] = {name: [] for name in adapter.grad_inputs}
@@ -178,7 +192,7 @@ def run_layout(
             positions=call.positions.clone(),
             kv_prefix=_kv_prefix(call, inputs),
         )
-        with observe() as fwd_obs:
+        with observe(watch_launches) as fwd_obs:
             out = adapter.invoke(fn, physical, params, ctx)
         run.forward_obs.merge(fwd_obs)
         outputs.append(out.detach())
@@ -189,7 +203,7 @@ def run_layout(
         try:
             if not out.requires_grad:
                 raise MissingBackwardError("output does not require grad: the candidate has no backward")
-            with observe() as bwd_obs:
+            with observe(watch_launches) as bwd_obs:
                 torch.autograd.backward(out, upstream)
             run.backward_obs.merge(bwd_obs)
         except (MissingBackwardError, NotImplementedError) as exc:
@@ -219,9 +233,23 @@ def run_reference(
     *,
     train: bool,
 ) -> LayoutRun:
-    """The fp32 gold on the canonical layout: bf16 inputs upcast, plain autograd, TF32 off."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    """The fp32 gold on the canonical layout: bf16 inputs upcast, plain autograd, TF32 off.
+
+    Forward and backward both run inside `fp32_math()` (TF32 off, highest fp32 matmul precision, previous
+    settings restored), on the device of the inputs.
+    """
+    with fp32_math():
+        return _run_reference(ref_fn, adapter, canonical, inputs, train=train)
+
+
+def _run_reference(
+    ref_fn: Callable[..., Tensor],
+    adapter: OperatorAdapter,
+    canonical: Layout,
+    inputs: LogicalInputs,
+    *,
+    train: bool,
+) -> LayoutRun:
     (call,) = canonical.calls
     index = physical_index(call, inputs.offsets)
     physical: dict[str, Tensor] = {}

@@ -10,6 +10,8 @@ on a complete cell set is `ws1 gate`'s.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import shlex
 import sys
 import time
@@ -45,6 +47,12 @@ class Plan:
     tiers: tuple[str, ...]
     tasks: tuple[UnitTask, ...]
     shard: tuple[int, int] | None
+    device: str
+    arch_label: str | None
+
+    @property
+    def profile_label(self) -> str:
+        return self.profile if self.arch_label is None else f"{self.profile}@{self.arch_label}"
 
 
 def _fail(msg: str) -> MatrixInputError:
@@ -77,15 +85,55 @@ def plan(args: argparse.Namespace) -> Plan:
     for dup_axis, values in (("--op", operators), ("--tier", tiers)):
         if len(set(values)) != len(values):
             raise _fail(f"{dup_axis} given twice for the same value")
+    device = getattr(args, "device", None) or "auto"
+    arch_label = run_arch_label(args.profile, operators, device)
     tasks = [
-        UnitTask(args.profile, op, tier, model=args.model, candidates=args.candidates)
+        UnitTask(
+            args.profile,
+            op,
+            tier,
+            model=args.model,
+            candidates=args.candidates,
+            device=device,
+            arch_label=arch_label,
+        )
         for op in operators
         for tier in tiers
     ]
     if args.shard is not None:
         index, count = args.shard
         tasks = tasks[index::count]
-    return Plan(manifest, args.profile, operators, tiers, tuple(tasks), args.shard)
+    return Plan(manifest, args.profile, operators, tiers, tuple(tasks), args.shard, device, arch_label)
+
+
+ARCH_LABEL_RE = re.compile(r"^sm[0-9]{2,3}(-proxy)?$")
+
+
+def run_arch_label(profile: str, operators: tuple[str, ...], device: str) -> str | None:
+    """The arch label of a run's profile: `sm90` when its units execute on an sm_90 device, None on the host.
+
+    `WS1_ARCH_LABEL` overrides the label (the sm86 session on an sm_90 card says `sm86-proxy`); the gate checks
+    every label against the capability the cells record.
+    """
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise _fail("--device cuda: no CUDA device is visible")
+    if device not in ("auto", "cpu", "cuda"):
+        raise _fail(f"--device must be auto, cpu or cuda, got {device!r}")
+    if device == "cpu" or not torch.cuda.is_available():
+        return None  # nothing runs on a GPU: cells of CUDA-only candidates are pending_arch
+    if device == "auto" and not any(
+        registry.preferred_device(profile, op) == "cuda" for op in operators if op != "pack"
+    ):
+        return None
+    override = os.environ.get("WS1_ARCH_LABEL")
+    if override:
+        if not ARCH_LABEL_RE.match(override):
+            raise _fail(f"WS1_ARCH_LABEL must look like sm90 or sm86-proxy, got {override!r}")
+        return override
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm{major}{minor}"
 
 
 def _cell(record: dict[str, Any], required: bool) -> Cell:
@@ -103,6 +151,7 @@ def _cell(record: dict[str, Any], required: bool) -> Cell:
         observed_ops=tuple(record["observed_ops"]),
         wall_s=record["wall_s"],
         layouts=layouts,
+        device=record.get("device"),
     )
 
 
@@ -143,6 +192,8 @@ def _summary(cells: list[dict[str, Any]]) -> str:
 
 
 def evidence_path(out: Path, profile: str, shard: tuple[int, int] | None) -> Path:
+    """`<profile>[.<arch>][.shard-i-of-n].json`: file names stay within letters, digits, '.', '_' and '-'."""
+    profile = profile.replace("@", ".")
     name = profile if shard is None else f"{profile}.shard-{shard[0]}-of-{shard[1]}"
     return out / f"{name}.json"
 
@@ -153,7 +204,7 @@ def run_matrix(args: argparse.Namespace) -> int:
     manifest = p.manifest
     contract = load_contract(None)
     tier_labels = tuple(t if args.model == FULL_MODEL else f"{t}@{args.model}" for t in p.tiers)
-    axes = Axes.build([p.profile], p.operators, tier_labels, JUDGMENTS, manifest.operators)
+    axes = Axes.build([p.profile_label], p.operators, tier_labels, JUDGMENTS, manifest.operators)
     header = EvidenceHeader(
         workload=WorkloadRef(manifest.workload_id, manifest.fingerprint, manifest.revision),
         contract_fingerprint=contract.fingerprint,
@@ -161,16 +212,16 @@ def run_matrix(args: argparse.Namespace) -> int:
         axes=axes,
         shard=None if p.shard is None else f"{p.shard[0]}/{p.shard[1]}",
     )
-    expected = expected_cells([p.profile], p.operators, tier_labels, JUDGMENTS, manifest.operators)
+    expected = expected_cells([p.profile_label], p.operators, tier_labels, JUDGMENTS, manifest.operators)
     out = Path(args.out)
-    path = evidence_path(out, p.profile, p.shard)
+    path = evidence_path(out, p.profile_label, p.shard)
     limit = args.cell_timeout or DEFAULT_CELL_TIMEOUT_S
     writer = EvidenceWriter(path, header)
     pool = None if args.in_process else WorkerPool()
     written: list[dict[str, Any]] = []
     started = time.perf_counter()
     print(
-        f"ws1 matrix: {p.profile}: {len(p.tasks)} units x {len(JUDGMENTS)} judgments -> {path}",
+        f"ws1 matrix: {p.profile_label} ({p.device}): {len(p.tasks)} units x {len(JUDGMENTS)} judgments -> {path}",
         file=sys.stderr,
     )
     try:
@@ -185,8 +236,8 @@ def run_matrix(args: argparse.Namespace) -> int:
             _progress(n, len(p.tasks), task, records, time.perf_counter() - t0)
         # A model entry without an explicit `bias: false` fails the bias policy item (missing is not "no").
         biases = [bool(m.get("bias", True)) for m in manifest.document["models"].values()]
-        items = inventory(written, p.profile, biases)
-        writer.set_inventory([{"profile": p.profile, **item.to_json()} for item in items])
+        items = inventory(written, p.profile_label, biases)
+        writer.set_inventory([{"profile": p.profile_label, **item.to_json()} for item in items])
         final = writer.finalise()
     finally:
         writer.close()

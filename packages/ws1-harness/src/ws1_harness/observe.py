@@ -1,13 +1,16 @@
 """Watch what a candidate really ran.
 
-Trap 7: a wrapper that quietly delegates to a stock kernel looks compliant if the harness trusts the name a
-candidate declares. So the harness records two things inside every candidate call, forward and backward:
-the kernel ids the candidate logged at its launch sites (`ws1_kernels.launches`), and every torch operator
-dispatched (a `TorchDispatchMode`), which sees stock ops whatever Python wrapper calls them.
+A wrapper that quietly delegates to a stock kernel looks compliant if the harness trusts the name a candidate
+declares. So the harness records three things inside every candidate call, forward and backward: the kernel ids
+the candidate logged at its launch sites (`ws1_kernels.launches`), every torch operator dispatched (a
+`TorchDispatchMode`, which sees stock ops and `TORCH_LIBRARY` extension ops whatever Python wrapper calls them),
+and, on a GPU, every Triton kernel really launched (Triton's own launch hook, which reports the compiled
+kernel's name). A call whose recorded Triton kernels differ from the launched ones is a `kernel_mismatch`.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,28 +60,110 @@ class _OpRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+TRITON_PREFIX = "triton:"
+
+
 @dataclass
 class Observation:
-    """What ran inside the observed region: kernel ids from launch sites and dispatched torch ops."""
+    """What ran inside the observed region.
+
+    kernels: ids recorded at the launch sites; ops: dispatched torch ops; launched: Triton kernels seen by the
+    launch hook (``triton:<name>``, only while the hook watches); mismatches: one record per observed call
+    whose recorded Triton kernels differ from the launched ones.
+    """
 
     kernels: set[str] = field(default_factory=set)
     ops: set[str] = field(default_factory=set)
+    launched: set[str] = field(default_factory=set)
+    mismatches: list[dict[str, list[str]]] = field(default_factory=list)
 
     def merge(self, other: Observation) -> None:
         self.kernels |= other.kernels
         self.ops |= other.ops
+        self.launched |= other.launched
+        self.mismatches.extend(other.mismatches)
 
     def undeclared_ops(self, declared: frozenset[str]) -> list[str]:
         """Dispatched ops the candidate did not declare, bookkeeping excepted, sorted."""
         return sorted(op for op in self.ops if op not in declared and op not in BOOKKEEPING_OPS)
 
 
+class _TritonLaunches:
+    """Triton's launch hook, installed once per process, feeding every open region.
+
+    Triton 3.6 exposes ``triton.knobs.runtime.launch_enter_hook`` as a plain attribute, later versions as a hook
+    chain with ``add``/``remove``; both are handled, and a hook someone else installed keeps running. The
+    interpreter (``TRITON_INTERPRET=1``) calls no hook, so the harness asks for it only on a GPU.
+    """
+
+    def __init__(self) -> None:
+        self.open: list[set[str]] = []
+        self.lock = threading.Lock()
+        self.installed: bool | None = None
+
+    def __call__(self, metadata: Any) -> None:
+        data = getattr(metadata, "data", None)
+        name = data.get("name") if isinstance(data, dict) else None
+        if name is None and hasattr(metadata, "get"):
+            name = metadata.get().get("name")
+        with self.lock:
+            for sink in self.open:
+                sink.add(f"{TRITON_PREFIX}{name}")
+
+    def install(self) -> bool:
+        """Install the hook once; False when Triton is missing (nothing can be launched through it then)."""
+        if self.installed is not None:
+            return self.installed
+        try:
+            import triton
+        except Exception:
+            self.installed = False
+            return False
+        runtime = triton.knobs.runtime
+        hook = runtime.launch_enter_hook
+        if hasattr(hook, "add"):
+            hook.add(self)
+        else:
+            previous = hook
+
+            def chained(metadata: Any) -> None:
+                self(metadata)
+                if previous is not None:
+                    previous(metadata)
+
+            runtime.launch_enter_hook = chained
+        self.installed = True
+        return True
+
+
+TRITON_LAUNCHES = _TritonLaunches()
+
+
 @contextmanager
-def observe() -> Iterator[Observation]:
-    """Observe one candidate region (a forward call or a backward call)."""
+def observe(watch_launches: bool = False) -> Iterator[Observation]:
+    """Observe one candidate region (a forward call or a backward call).
+
+    ``watch_launches`` (set by the harness on a GPU) also records the Triton kernels really launched and checks
+    them against the ones recorded at the launch sites.
+    """
     obs = Observation()
     recorder = _OpRecorder()
-    with launches.observe() as log, recorder:
-        yield obs
+    launched: set[str] = set()
+    watching = watch_launches and TRITON_LAUNCHES.install()
+    if watching:
+        with TRITON_LAUNCHES.lock:
+            TRITON_LAUNCHES.open.append(launched)
+    try:
+        with launches.observe() as log, recorder:
+            yield obs
+    finally:
+        if watching:
+            with TRITON_LAUNCHES.lock:
+                TRITON_LAUNCHES.open.remove(launched)
     obs.kernels |= set(log.kernels)
     obs.ops |= recorder.ops
+    if watching:
+        obs.launched |= launched
+        recorded = {k for k in obs.kernels if k.startswith(TRITON_PREFIX)}
+        if recorded != launched:
+            obs.mismatches.append({"recorded": sorted(recorded), "launched": sorted(launched)})

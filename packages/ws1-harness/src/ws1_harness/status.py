@@ -49,6 +49,7 @@ class ReasonCode(str, Enum):
     UNDECLARED_OP = "undeclared_op"
     UNDECLARED_KERNEL = "undeclared_kernel"
     NO_KERNEL_OBSERVED = "no_kernel_observed"
+    KERNEL_MISMATCH = "kernel_mismatch"
     LAYOUT_NOT_HONOURED = "layout_not_honoured"
     LAYOUT_ERROR = "layout_error"
     EMPTY_ACTIVE_SET = "empty_active_set"
@@ -83,6 +84,11 @@ REASONS: dict[str, ReasonInfo] = {
         ReasonInfo("undeclared_op", _FAIL, "a torch op outside the candidate's declared ops was dispatched"),
         ReasonInfo("undeclared_kernel", _FAIL, "a kernel other than the profile's kernel id was launched"),
         ReasonInfo("no_kernel_observed", _FAIL, "no launch of the declared kernel was observed"),
+        ReasonInfo(
+            "kernel_mismatch",
+            _FAIL,
+            "the kernels a call recorded at its launch sites differ from those Triton's launch hook saw",
+        ),
         ReasonInfo("layout_not_honoured", _FAIL, "the physical layout did not reach the candidate as built"),
         ReasonInfo("layout_error", _FAIL, "a layout could not be built or restored"),
         ReasonInfo("empty_active_set", _FAIL, "an aggregate over an empty active-token set"),

@@ -12,8 +12,6 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import torch
-
 from ws1_contract import Contract, load_contract
 from ws1_kernels import reference, registry
 from ws1_workload import Manifest, build_fixture, load_manifest
@@ -35,6 +33,17 @@ class UnitTask:
     candidates: str | None = None  # plug-in spec "module:attr"
     manifest_path: str | None = None
     contract_path: str | None = None
+    device: str = (
+        "auto"  # "auto" (the candidate's device; CUDA for device-agnostic ones when present), "cpu", "cuda"
+    )
+    arch_label: str | None = (
+        None  # "sm90", "sm86-proxy": labels the profile of a GPU run (`native_torch@sm90`)
+    )
+
+    @property
+    def profile_label(self) -> str:
+        """The profile as evidence names it: with its arch on a GPU, so shards of two archs never collide."""
+        return self.profile if self.arch_label is None else f"{self.profile}@{self.arch_label}"
 
     @property
     def tier_label(self) -> str:
@@ -61,6 +70,7 @@ class TaskRecord:
     observed_ops: list[str]
     wall_s: float
     layouts: list[dict[str, Any]] = field(default_factory=list)
+    device: dict[str, Any] | None = None
 
 
 @lru_cache(maxsize=4)
@@ -93,14 +103,26 @@ def _records(
 ) -> list[TaskRecord]:
     return [
         TaskRecord(
-            task.profile, task.operator, task.tier_label, j, status, reason, dict(diagnostics), [], [], wall
+            task.profile_label,
+            task.operator,
+            task.tier_label,
+            j,
+            status,
+            reason,
+            dict(diagnostics),
+            [],
+            [],
+            wall,
         )
         for j in JUDGMENTS
     ]
 
 
-def device_for(profile_device: str) -> str:
-    return "cuda" if profile_device == "cuda" and torch.cuda.is_available() else "cpu"
+def run_device(task: UnitTask) -> str:
+    """The device a unit executes on: the one the run names, else the candidate's own (registry)."""
+    if task.device != "auto":
+        return task.device
+    return registry.preferred_device(task.profile, task.operator)
 
 
 def execute_task(task: UnitTask) -> list[dict[str, Any]]:
@@ -113,24 +135,22 @@ def execute_task(task: UnitTask) -> list[dict[str, Any]]:
         return [
             asdict(r) for r in _records(task, "na", "layout_only", {"why": "layout helper, no arithmetic"})
         ]
-    profile_spec = manifest.profiles.get(task.profile)
-    device = device_for(profile_spec.device if profile_spec else "cpu")
+    device = run_device(task)
     try:
         cand = registry.resolve(task.profile, task.operator, device=device)
     except registry.CandidateUnavailable as exc:
         status = "pending_arch" if exc.hardware_only else "red"
         reason = "arch_unavailable" if status == "pending_arch" else "candidate_unavailable"
         return [asdict(r) for r in _records(task, status, reason, {"why": str(exc)})]
-    declared = {cand.kernel_id, *getattr(cand, "kernel_ids", ())}
-    if profile_spec is not None and task.operator in profile_spec.nodes:
-        declared.add(profile_spec.nodes[task.operator].kernel_id)
+    # the registry's candidate is what runs, so its kernel ids are the declaration
     under_test = CandidateUnderTest(
         candidate_id=cand.candidate_id,
         fn=cand.fn,
         reference=getattr(reference, task.operator),
-        declared_kernels=frozenset(declared),
+        declared_kernels=cand.all_kernel_ids,
         declared_ops=frozenset(cand.declared_ops),
         param_grad_rule=cand.param_grad_rule,
+        stock=cand.stock,
     )
     adapter = _adapters(task.manifest_path, task.model)[task.operator]
     fixture = build_fixture(manifest, task.tier)
@@ -146,6 +166,7 @@ def execute_task(task: UnitTask) -> list[dict[str, Any]]:
             case_id=task.case_id,
             pad_id=model.pad_id,
             differentiable=op_spec.differentiable,
+            device=device,
         )
     except Exception as exc:  # a candidate crash is an error cell, and the sweep goes on
         where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -156,22 +177,26 @@ def execute_task(task: UnitTask) -> list[dict[str, Any]]:
                 task, "error", "exception", {"why": msg, "at": f"{where.filename}:{where.lineno}"}
             )
         ]
+    unit_diag: dict[str, Any] = {"candidate_id": cand.candidate_id}
+    if result.peak_device_bytes is not None:
+        unit_diag["peak_device_bytes"] = result.peak_device_bytes
     records = []
     for j in JUDGMENTS:
         jr = result.judgments[j]
         records.append(
             TaskRecord(
-                task.profile,
+                task.profile_label,
                 task.operator,
                 task.tier_label,
                 j,
                 jr.status,
                 jr.reason_code,
-                {**jr.diagnostics, "candidate_id": cand.candidate_id},
+                {**jr.diagnostics, **unit_diag},
                 result.observed_kernels,
                 result.observed_ops,
                 result.wall_s,
                 jr.layouts,
+                result.device,
             )
         )
     return [asdict(r) for r in records]

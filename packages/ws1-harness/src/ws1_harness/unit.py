@@ -38,6 +38,9 @@ class CandidateUnderTest:
     declared_kernels: frozenset[str]
     declared_ops: frozenset[str]
     param_grad_rule: str | None
+    # a stock baseline (native_torch): the ops it dispatches are torch's own choice per device and are recorded,
+    # not judged; its bits are what the cells report
+    stock: bool = False
 
 
 @dataclass
@@ -59,12 +62,23 @@ class UnitResult:
     observed_ops: list[str]
     layouts: list[str]
     wall_s: float
+    device: dict[str, Any] | None = None
+    peak_device_bytes: int | None = None
 
 
 def logical_inputs(
-    adapter: OperatorAdapter, fixture: Fixture, case_id: str, pad_id: int, train: bool
+    adapter: OperatorAdapter,
+    fixture: Fixture,
+    case_id: str,
+    pad_id: int,
+    train: bool,
+    device: torch.device | str = "cpu",
 ) -> LogicalInputs:
-    """Every logical tensor of the case, each row a pure function of (case_id, tensor name, logical key)."""
+    """Every logical tensor of the case, each row a pure function of (case_id, tensor name, logical key).
+
+    Generated on the host (the generator's stream does not depend on the device) and moved to ``device`` once,
+    so a GPU run judges exactly the values a CPU run does.
+    """
     samples = sorted(fixture.samples, key=lambda s: s.sample_id)
     keys = [(s.sample_id, p) for s in samples for p in range(s.length)]
     offsets: dict[int, int] = {}
@@ -99,6 +113,10 @@ def logical_inputs(
         ).float()
         mask = active.reshape(-1, *([1] * len(adapter.output_row_shape))).float()
         upstream = (g * mask / n_active).to(adapter.output_dtype)
+    dev = torch.device(device)
+    tokens = {name: t.to(dev) for name, t in tokens.items()}
+    params = {name: p.to(dev) for name, p in params.items()}
+    upstream = None if upstream is None else upstream.to(dev)
     return LogicalInputs(tokens, params, upstream, offsets, keys)
 
 
@@ -137,15 +155,26 @@ def _verdict(
 
 def _observation_problem(obs: Observation, cand: CandidateUnderTest) -> tuple[str, dict[str, Any]] | None:
     """A launch or dispatch the profile did not declare makes the judgments that read it red."""
-    if not obs.kernels:
+    if not obs.kernels and not obs.launched:
         return "no_kernel_observed", {"observed_kernels": []}
-    undeclared_kernels = sorted(k for k in obs.kernels if k not in cand.declared_kernels)
+    undeclared_kernels = sorted(k for k in obs.kernels | obs.launched if k not in cand.declared_kernels)
     if undeclared_kernels:
         return "undeclared_kernel", {"undeclared_kernels": undeclared_kernels}
-    undeclared_ops = obs.undeclared_ops(cand.declared_ops)
+    if obs.mismatches:
+        return "kernel_mismatch", {"calls": obs.mismatches[:4], "mismatched_calls": len(obs.mismatches)}
+    undeclared_ops = [] if cand.stock else obs.undeclared_ops(cand.declared_ops)
     if undeclared_ops:
         return "undeclared_op", {"undeclared_ops": undeclared_ops}
     return None
+
+
+def device_record(t: Tensor) -> dict[str, Any]:
+    """Where a tensor lives, as evidence records it: read from the tensor, never assumed."""
+    dev = t.device
+    if dev.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(dev)
+        return {"type": "cuda", "name": torch.cuda.get_device_name(dev), "capability": f"sm_{major}{minor}"}
+    return {"type": dev.type, "name": dev.type, "capability": None}
 
 
 def run_unit(
@@ -160,6 +189,7 @@ def run_unit(
     pad_id: int,
     differentiable: bool = True,
     dtype: str = "bf16",
+    device: torch.device | str = "cpu",
 ) -> UnitResult:
     """Execute the candidate once per layout and render the four judgments.
 
@@ -167,13 +197,18 @@ def run_unit(
     each): the reference and the canonical layout run first, accuracy is judged and the reference dropped,
     then every other layout is run, compared with canonical at once, and dropped.
     """
+    dev = torch.device(device)
+    on_gpu = dev.type == "cuda"
+    if on_gpu:
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
     start = time.perf_counter()
     canonical_specs = [s for s in layout_specs if s.type == CANONICAL_TYPE]
     if len(canonical_specs) != 1:
         raise ValueError(f"manifest layouts: expected exactly one '{CANONICAL_TYPE}' layout")
     canon_spec = canonical_specs[0]
     train = differentiable and bool(adapter.grad_inputs or adapter.params)
-    inputs = logical_inputs(adapter, fixture, case_id, pad_id, train)
+    inputs = logical_inputs(adapter, fixture, case_id, pad_id, train, dev)
     keys = inputs.keys
 
     scratch: dict[str, Tensor] = {}
@@ -189,11 +224,13 @@ def run_unit(
             train=train and layout.kind == "training",
             param_rule=cand.param_grad_rule,
             main_grad_pool=pool,
+            watch_launches=on_gpu,
         )
 
     canon_layout = build_layout(fixture, canon_spec)
     reference = run_reference(cand.reference, adapter, canon_layout, inputs, train=train)
     canon = execute(canon_layout)
+    ran_on = device_record(canon.output)
     fwd_obs, bwd_obs = Observation(), Observation()
     fwd_obs.merge(canon.forward_obs)
     bwd_obs.merge(canon.backward_obs)
@@ -272,13 +309,19 @@ def run_unit(
                     j, "red", problem[0], {**problem[1], "observed_ops": sorted(bwd_obs.ops)}
                 )
 
+    peak = None
+    if on_gpu:
+        torch.cuda.synchronize(dev)  # the wall time covers the device work, not only its launches
+        peak = int(torch.cuda.max_memory_allocated(dev))
     return UnitResult(
         operator=adapter.operator,
         judgments=judgments,
-        observed_kernels=sorted(fwd_obs.kernels | bwd_obs.kernels),
+        observed_kernels=sorted(fwd_obs.kernels | bwd_obs.kernels | fwd_obs.launched | bwd_obs.launched),
         observed_ops=sorted(fwd_obs.ops | bwd_obs.ops),
         layouts=list(layout_info),
         wall_s=time.perf_counter() - start,
+        device=ran_on,
+        peak_device_bytes=peak,
     )
 
 

@@ -70,6 +70,8 @@ class Candidate:
     available: Callable[[str], str | None] = field(default=_always, compare=False)
     # further kernel ids this candidate may record or launch besides ``kernel_id`` (e.g. its backward kernels)
     kernel_ids: frozenset[str] = frozenset()
+    # a stock baseline: the torch ops it dispatches are torch's per-device choice, recorded but not judged
+    stock: bool = False
 
     @property
     def all_kernel_ids(self) -> frozenset[str]:
@@ -191,6 +193,20 @@ def resolve(profile: str, operator: str, device: str = "cpu") -> Candidate:
     return cand
 
 
+def preferred_device(profile: str, operator: str) -> str:
+    """Where a run with no explicit device executes ``(profile, operator)``: ``cpu`` or ``cuda``.
+
+    A candidate bound to a device runs there; one that runs anywhere (``any``: the stock baseline) runs on CUDA
+    when a CUDA device is present, so a GPU session judges the GPU's stock kernels, not the host's. Operators
+    without a candidate go to CUDA when present (their cells say why nothing ran).
+    """
+    _check_profile(profile)
+    cand = _PROFILES.get(profile, {}).get(operator)
+    if cand is not None and cand.device != "any":
+        return cand.device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def load_spec(spec: str) -> str:
     """Import ``module:attr`` and register what it names; return the profile name.
 
@@ -282,6 +298,7 @@ register_profile(
             param_grad_rule="autograd_accumulate" if op in PARAM_OPERATORS else None,
             declared_ops=NATIVE_OPS[op],
             fn=getattr(native, op),
+            stock=True,
         )
         for op in _PORTABLE_FNS
     ],

@@ -1,0 +1,100 @@
+"""The gate refuses evidence whose cells ran somewhere other than where the shard's provenance says.
+
+A GPU session once reported "NVIDIA H200" while every cell had run on the host. Each cell now records the device
+its tensors lived on (read from the candidate's outputs) and a GPU cell carries its arch in the profile label;
+the gate checks both against the shard's provenance. One property per test, each with the edit that breaks it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ws1_harness.gate import EXIT_BAD_INPUT, EXIT_PASS, device_contradictions, gate
+
+CUDA_SM90 = {"type": "cuda", "name": "NVIDIA H200", "capability": "sm_90"}
+
+
+def _doc(factory) -> tuple[dict, Path]:
+    writer, _expected = factory.write("run")
+    return json.loads(writer.path.read_text()), writer.path
+
+
+def _relabel(doc: dict, label: str) -> None:
+    """Rename the profile everywhere it appears (axes, cells, inventory): a consistent arch-labelled run."""
+    old = doc["axes"]["profiles"][0]
+    doc["axes"]["profiles"] = [label]
+    for c in doc["cells"]:
+        c["profile"] = label
+    for i in doc.get("inventory", []):
+        if i["profile"] == old:
+            i["profile"] = label
+
+
+def test_host_cells_under_host_provenance_pass(factory) -> None:
+    doc, path = _doc(factory)
+    assert doc["provenance"]["device"] == "cpu"
+    assert device_contradictions(doc) == []
+    assert gate(path).exit_code == EXIT_PASS
+
+
+def test_host_cells_under_gpu_provenance_are_refused(factory) -> None:
+    doc, _ = _doc(factory)
+    doc["provenance"].update(device="cuda", device_name="NVIDIA H200", capability="sm_90")
+    result = gate(doc, source="edited")
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "ran on cpu but the shard's provenance names cuda" in result.lines[0]
+
+
+def test_gpu_cells_under_host_provenance_are_refused(factory) -> None:
+    doc, _ = _doc(factory)
+    _relabel(doc, doc["axes"]["profiles"][0] + "@sm90")
+    for c in doc["cells"]:
+        c["device"] = dict(CUDA_SM90)
+    result = gate(doc, source="edited")
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "ran on cuda but the shard's provenance names cpu" in result.lines[0]
+
+
+def test_consistent_gpu_run_passes_the_device_check(factory) -> None:
+    doc, _ = _doc(factory)
+    _relabel(doc, doc["axes"]["profiles"][0] + "@sm90")
+    doc["provenance"].update(device="cuda", device_name="NVIDIA H200", capability="sm_90")
+    for c in doc["cells"]:
+        c["device"] = dict(CUDA_SM90)
+    assert device_contradictions(doc) == []
+
+
+def test_gpu_cell_without_arch_label_is_refused(factory) -> None:
+    doc, _ = _doc(factory)
+    doc["provenance"].update(device="cuda", capability="sm_90")
+    for c in doc["cells"]:
+        c["device"] = dict(CUDA_SM90)
+    assert any("carries no arch label" in p for p in device_contradictions(doc))
+
+
+def test_wrong_arch_label_is_refused(factory) -> None:
+    doc, _ = _doc(factory)
+    _relabel(doc, doc["axes"]["profiles"][0] + "@sm86")
+    doc["provenance"].update(device="cuda", capability="sm_90")
+    for c in doc["cells"]:
+        c["device"] = dict(CUDA_SM90)
+    assert any("labelled 'sm86' but ran on sm_90" in p for p in device_contradictions(doc))
+
+
+def test_proxy_label_needs_a_declared_proxy(factory) -> None:
+    doc, _ = _doc(factory)
+    _relabel(doc, doc["axes"]["profiles"][0] + "@sm86-proxy")
+    doc["provenance"].update(device="cuda", capability="sm_90", arch_proxy=None)
+    for c in doc["cells"]:
+        c["device"] = dict(CUDA_SM90)
+    assert any("declares no arch proxy" in p for p in device_contradictions(doc))
+    doc["provenance"]["arch_proxy"] = "sm86 code through the PTX JIT on an sm_90 device"
+    assert device_contradictions(doc) == []
+
+
+def test_green_cell_without_device_is_refused(factory) -> None:
+    doc, _ = _doc(factory)
+    green = next(c for c in doc["cells"] if c["status"] == "green")
+    green["device"] = None
+    assert any("green but records no device" in p for p in device_contradictions(doc))
