@@ -6,6 +6,9 @@ Sessions:
                  `portable_cpu` (gated: must pass) and `native_torch` (recorded, not gated).  CI runs it.
   matrix         the README's main job: the full CPU matrix for `portable_cpu`, gated, with report and heatmap.
   gate           merge the shards given as arguments and gate them.
+  gpu_sm90       on an sm_90 GPU: GPU tests, one matrix per GPU profile, each ws1 profile gated (exit non-zero
+                 on red); `-- --profile P --tier T --no-tests` narrow it.  gpu_sm86 likewise (PTX proxy on sm_90).
+  bench          `ws1 bench` on the GPU: candidate vs stock peer timings.
 
 Evidence is written outside the checkout (trap 23): `$WS1_OUT` if set, else a folder under the system temp dir.
 On a machine without a package registry run `nox --no-venv -s ...` on the system's torch.
@@ -191,15 +194,41 @@ def matrix(session: nox.Session) -> None:
 
 
 GPU_PROFILES = ("native_torch", "triton_cuda_bf16", "cuda_bf16", "cuda_bf16_sm90")
+BASELINE_PROFILES = frozenset(
+    {"native_torch"}
+)  # recorded: its batch-variant stock ops are listed, never gated
 GPU_ARCH = {"gpu_sm86": "8.6", "gpu_sm90": "9.0"}
+GPU_TIERS = ("short", "primary", "long")
+
+
+def _gpu_args(session: nox.Session) -> tuple[list[str], list[str], bool]:
+    """`--profile P` (repeatable), `--tier T` (repeatable) and `--no-tests` out of the session arguments."""
+    profiles: list[str] = []
+    tiers: list[str] = []
+    run_tests = True
+    args = list(session.posargs)
+    while args:
+        arg = args.pop(0)
+        if arg in ("--profile", "--tier") and args:
+            (profiles if arg == "--profile" else tiers).append(args.pop(0))
+        elif arg == "--no-tests":
+            run_tests = False
+        else:
+            session.error(f"unknown argument {arg!r} (use --profile P, --tier T, --no-tests)")
+    unknown = [p for p in profiles if p not in GPU_PROFILES]
+    if unknown:
+        session.error(f"unknown GPU profile {unknown[0]!r} (known: {', '.join(GPU_PROFILES)})")
+    return profiles or list(GPU_PROFILES), tiers or list(GPU_TIERS), run_tests
 
 
 def _gpu_session(session: nox.Session, name: str) -> None:
-    """Assert the GPU arch first (trap 25), then run the GPU tests and one matrix shard per GPU profile.
+    """Assert the arch, run the GPU tests, sweep each profile in its own process, gate every ws1 profile.
 
-    The sm86 session runs on an sm_90 card through the PTX JIT where no sm_86 card exists: its evidence says so
-    (WS1_ARCH_PROXY) and must never be read as an sm86 run. The CUDA extension build joins here when csrc/
-    holds kernels (a later step); until then the GPU profiles have no candidates and their cells are red.
+    The session fails (after printing every verdict) when a GPU test fails or collects nothing, or when a ws1
+    profile's shard is not PASS: red, error, timeout, an unexplained `na`, or `pending_arch` on this arch. The
+    `native_torch` shard is the stock baseline: recorded and reported (its report lists where the stock ops are
+    batch-variant), never gated. The sm86 session on an sm_90 card builds sm86 code that runs through the PTX
+    JIT: its shards are labelled `@sm86-proxy` and must never be read as an sm86 run.
     """
     import subprocess
 
@@ -217,30 +246,42 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     if have != want:
         if name == "gpu_sm86" and have == "9.0":
             env["WS1_ARCH_PROXY"] = "sm86 code through the PTX JIT on an sm_90 device"
+            env["WS1_ARCH_LABEL"] = "sm86-proxy"
             session.warn(f"{name}: device is sm_90: this is a PTX proxy run, not an sm86 run")
         else:
             session.error(f"{name}: expected compute capability {want}, found {have}")
+    profiles, tiers, run_tests = _gpu_args(session)
     _install_packages(session, _existing_packages())
-    session.run("python", "-m", "pytest", "-m", "gpu", *session.posargs, env=env, success_codes=[0, 5])
+    failures: list[str] = []
+    if run_tests:
+        with _step(session, "pytest -m gpu"):
+            try:  # exit 5 (no test collected) is a failure: a GPU session that tests nothing must not pass
+                session.run("python", "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", env=env)
+            except nox.command.CommandFailed:
+                failures.append("pytest -m gpu")
     out = _evidence_dir(session, name)
-    for profile in GPU_PROFILES:
-        session.run(
-            "ws1",
-            "matrix",
-            "--profile",
-            profile,
-            "--tier",
-            "short",
-            "--tier",
-            "primary",
-            "--tier",
-            "long",
-            "--out",
-            str(out),
-            success_codes=[0, 1],
-            env=env,
-            external=True,
-        )
+    for profile in profiles:
+        gated = profile not in BASELINE_PROFILES
+        pdir = out / profile
+        pdir.mkdir(parents=True, exist_ok=True)
+        tier_args = [a for t in tiers for a in ("--tier", t)]
+        with _step(session, f"matrix {profile}"):
+            session.run(
+                "ws1", "matrix", "--profile", profile, *tier_args, "--out", str(pdir),
+                success_codes=[0, 1], env=env, external=True,
+            )  # fmt: skip
+        evidence = sorted(p for p in pdir.glob("*.json") if not p.name.endswith(".partial.json"))
+        if len(evidence) != 1:
+            failures.append(f"{profile}: expected one evidence file in {pdir}, found {len(evidence)}")
+            continue
+        session.run("ws1", "report", str(evidence[0]), "--out", str(pdir), external=True)
+        codes = [0] if gated else [0, 1]
+        try:
+            session.run("ws1", "gate", str(evidence[0]), success_codes=codes, external=True)
+        except nox.command.CommandFailed:
+            failures.append(f"gate {profile}")
+    if failures:
+        session.error(f"{name}: not green: {'; '.join(failures)}")
 
 
 @nox.session(default=False, venv_backend="none")
@@ -253,6 +294,22 @@ def gpu_sm86(session: nox.Session) -> None:
 def gpu_sm90(session: nox.Session) -> None:
     """GPU shard for sm_90: GPU tests and the matrix of every GPU profile; gate the shards with `nox -s gate`."""
     _gpu_session(session, "gpu_sm90")
+
+
+@nox.session(default=False, venv_backend="none")
+def bench(session: nox.Session) -> None:
+    """`ws1 bench` on the GPU: candidates vs their stock peers in one process (docs/bench.md).
+
+    `nox --no-venv -s bench -- --profile triton_cuda_bf16 --m 512`: arguments go to `ws1 bench`; the default
+    profile is triton_cuda_bf16. Output under $WS1_OUT/bench (outside the checkout).
+    """
+    _install_packages(session, _existing_packages())
+    out = _evidence_dir(session, "bench")
+    args = list(session.posargs)
+    if "--profile" not in args:
+        args = ["--profile", "triton_cuda_bf16", *args]
+    with _step(session, "ws1 bench"):
+        session.run("ws1", "bench", *args, "--out", str(out), "--force", external=True)
 
 
 @nox.session(default=False)

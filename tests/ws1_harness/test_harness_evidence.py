@@ -10,6 +10,7 @@ import pytest
 
 from ws1_harness.cells import Cell, CellKey
 from ws1_harness.evidence import (
+    SCHEMA_VERSION,
     EvidenceError,
     EvidenceWriter,
     counts_of,
@@ -18,7 +19,6 @@ from ws1_harness.evidence import (
     partial_path_for,
     read_evidence,
 )
-from ws1_harness.evidence import SCHEMA_VERSION
 from ws1_harness.gate import gate
 
 

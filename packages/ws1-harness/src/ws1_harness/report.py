@@ -93,7 +93,101 @@ def render_markdown(doc: Mapping[str, Any], source: str = "evidence") -> str:
             entries.append(GLYPH[status] + (f" {reason}" if reason else ""))
         out.append(f"| {profile} | {op} | " + " | ".join(entries) + " |")
     out.append("")
+    out += _mismatch_section(doc)
+    out += _time_section(doc)
     return "\n".join(out)
+
+
+def mismatches(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every failed per-layout comparison behind a red invariance cell, with its first mismatching logical key.
+
+    For the stock baseline this is the list of batch-variant stock ops the run found, and where.
+    """
+    out: list[dict[str, Any]] = []
+    for cell in doc["cells"]:
+        for lr in cell.get("layouts", ()):
+            if lr["passed"]:
+                continue
+            for tensor, comp in lr.get("diagnostics", {}).items():
+                if not isinstance(comp, Mapping) or comp.get("passed", True):
+                    continue
+                diag = comp.get("diagnostics", {})
+                out.append(
+                    {
+                        "profile": cell["profile"],
+                        "operator": cell["operator"],
+                        "tier": cell["tier"],
+                        "judgment": cell["judgment"],
+                        "layout": lr["layout"],
+                        "tensor": tensor,
+                        "reason": comp.get("reason_code"),
+                        "n_mismatch": diag.get("n_mismatch"),
+                        "n_total": diag.get("n_total"),
+                        "first_key": diag.get("first_mismatch_key")
+                        or (
+                            f"element {diag['first_mismatch_index']}"
+                            if diag.get("first_mismatch_index") is not None
+                            else None
+                        ),
+                    }
+                )
+    return out
+
+
+def _mismatch_section(doc: Mapping[str, Any]) -> list[str]:
+    rows = mismatches(doc)
+    if not rows:
+        return []
+    out = [
+        "## Where the bits differ",
+        "",
+        "Each failed invariance comparison: the layout, the tensor, how many elements differ and the first "
+        "mismatching logical key `(sample_id, position)`.",
+        "",
+        "| profile | operator | tier | judgment | layout | tensor | mismatched | first key |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows[:200]:
+        out.append(
+            f"| {r['profile']} | {r['operator']} | {r['tier']} | {r['judgment']} | {r['layout']} | "
+            f"{r['tensor']} | {r['n_mismatch']}/{r['n_total']} | {r['first_key']} |"
+        )
+    if len(rows) > 200:
+        out.append(f"| ... {len(rows) - 200} more | | | | | | | |")
+    out.append("")
+    return out
+
+
+def _time_section(doc: Mapping[str, Any]) -> list[str]:
+    """Wall time per profile: each unit's time once (its four cells carry the same unit time)."""
+    units: dict[tuple[str, str, str], float] = {}
+    devices: dict[str, set[str]] = {}
+    for c in doc["cells"]:
+        units[(c["profile"], c["operator"], c["tier"])] = float(c.get("wall_s", 0.0))
+        dev = c.get("device")
+        if dev:
+            where = (
+                dev["type"]
+                if dev["type"] == "cpu"
+                else f"{dev['name']} {dev.get('capability') or ''}".strip()
+            )
+            devices.setdefault(c["profile"], set()).add(where)
+    totals: dict[str, float] = {}
+    for (profile, _op, _tier), wall in units.items():
+        totals[profile] = totals.get(profile, 0.0) + wall
+    out = [
+        "## Time and device",
+        "",
+        "| profile | units | sum of unit wall times (s) | cells ran on |",
+        "|---|---|---|---|",
+    ]
+    for profile, total in totals.items():
+        n = sum(1 for k in units if k[0] == profile)
+        out.append(
+            f"| {profile} | {n} | {total:.1f} | {', '.join(sorted(devices.get(profile, ()))) or '-'} |"
+        )
+    out.append("")
+    return out
 
 
 def render_heatmap(doc: Mapping[str, Any], png_path: Path, title: str = "ws1 matrix") -> Path:

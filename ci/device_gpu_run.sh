@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One GPU call on a bare H200 machine with no package registry: install the carried wheels, then run the GPU
+# harness steps named in the arguments, each under its own time limit, writing logs and evidence under $OUT.
+# This is how the GPU evidence in docs/evidence/ was produced; see docs/gpu.md.
+#   bash ci/device_gpu_run.sh native triton tests bench
+# Each step's log lands in $OUT/<step>.log; the evidence folders are packed into $OUT/evidence.tgz at the end.
+set -u
+cd "$(dirname "$0")/.."
+: "${OUT:?set OUT to an output folder}"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || exit 2
+export PYTHONUNBUFFERED=1 WS1_REQUIRE_GPU=1
+args=()
+for p in packages/ws1-contract packages/ws1-workload packages/ws1-kernels packages/ws1-harness; do args+=(-e "$p"); done
+python3 -m pip install -q --no-deps --no-build-isolation --no-index "${args[@]}" || exit 2
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/device.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)" | tee -a "$OUT/device.txt"
+ev="$OUT/ev"; mkdir -p "$ev"
+T0=$(date +%s)
+step() {  # step NAME LIMIT_S COMMAND...: run with a limit, log, print the wall time and exit status
+  local name=$1 limit=$2; shift 2
+  local t=$(date +%s)
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "step $name: rc=$rc wall=$(( $(date +%s) - t ))s (since start $(( $(date +%s) - T0 ))s)" | tee -a "$OUT/steps.txt"
+  tail -n 25 "$OUT/$name.log"
+}
+tiers=(--tier short --tier primary --tier long)
+for s in "$@"; do
+  case "$s" in
+    native) step native 240 ws1 matrix --profile native_torch "${tiers[@]}" --cell-timeout 120 --out "$ev/native_torch"
+            ws1 report "$ev"/native_torch/*.json --out "$ev/native_torch" > /dev/null ;;
+    triton) step triton 420 ws1 matrix --profile triton_cuda_bf16 "${tiers[@]}" --cell-timeout 150 --out "$ev/triton_cuda_bf16"
+            ws1 report "$ev"/triton_cuda_bf16/*.json --out "$ev/triton_cuda_bf16" > /dev/null
+            ws1 gate "$ev"/triton_cuda_bf16/*.json | head -40 ;;
+    tests)  step tests "${TESTS_LIMIT:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE tests ;;
+    bench)  step bench "${BENCH_LIMIT:-300}" ws1 bench --profile triton_cuda_bf16 --out "$ev/bench" --force ${BENCH_ARGS:-} ;;
+    nox)    step nox "${NOX_LIMIT:-500}" python3 -m nox --no-venv -s gpu_sm90 -- ${NOX_ARGS:-} ;;
+    *) echo "unknown step $s"; exit 2 ;;
+  esac
+done
+tar czf "$OUT/evidence.tgz" -C "$OUT" ev 2>/dev/null
+ls -la "$OUT"
