@@ -74,3 +74,20 @@ def test_arch_proxy_is_recorded_only_when_declared(monkeypatch) -> None:
     assert collect_provenance(["ws1"]).arch_proxy is None
     monkeypatch.setenv("WS1_ARCH_PROXY", "sm86 PTX on sm_90")
     assert collect_provenance(["ws1"]).to_json()["arch_proxy"] == "sm86 PTX on sm_90"
+
+
+def test_evidence_never_records_machine_paths() -> None:
+    """Committed evidence must not carry the writer's absolute paths (output folders, checkout location)."""
+    from ws1_harness.provenance import portable_command, portable_path, repo_root
+
+    assert portable_path("/root/out/ev/native_torch") == ".../ev/native_torch"
+    assert portable_path("--tier") == "--tier" and portable_path("short") == "short"
+    root = repo_root()
+    assert root is not None
+    assert portable_path(str(root / "docs" / "x.json")) == "docs/x.json"
+    assert portable_command(["/usr/bin/ws1", "matrix", "--out", "/tmp/abc/def"]) == (
+        "ws1",
+        "matrix",
+        "--out",
+        ".../abc/def",
+    )

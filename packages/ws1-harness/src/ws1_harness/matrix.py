@@ -27,6 +27,7 @@ from ws1_workload import Manifest, load_manifest
 from .cells import Cell, CellKey, LayoutResult, expected_cells
 from .evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef
 from .inventory_checks import inventory
+from .provenance import portable_path
 from .tasks import FULL_MODEL, UnitTask, execute_task, load_plugin
 from .unit import JUDGMENTS
 from .worker import WorkerPool
@@ -208,7 +209,7 @@ def run_matrix(args: argparse.Namespace) -> int:
     header = EvidenceHeader(
         workload=WorkloadRef(manifest.workload_id, manifest.fingerprint, manifest.revision),
         contract_fingerprint=contract.fingerprint,
-        command="ws1 " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        command="ws1 " + " ".join(shlex.quote(portable_path(a)) for a in sys.argv[1:]),
         axes=axes,
         shard=None if p.shard is None else f"{p.shard[0]}/{p.shard[1]}",
     )

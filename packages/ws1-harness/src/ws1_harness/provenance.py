@@ -83,6 +83,38 @@ def source_dir() -> Path:
     return Path(__file__).resolve().parent
 
 
+def portable_path(arg: str, base: Path | None = None) -> str:
+    """An argument as evidence records it: machine paths never leak into committed evidence.
+
+    An absolute path inside the checkout (or `base`) becomes relative to it; any other absolute path keeps only
+    its last two parts behind `.../` (enough to read the command, nothing about the machine). Other arguments
+    are unchanged.
+    """
+    if not arg.startswith("/"):
+        return arg
+    path = Path(arg)
+    for root in (base, repo_root()):
+        if root is not None:
+            try:
+                return str(path.resolve().relative_to(root.resolve())) or "."
+            except ValueError:
+                pass
+    return ".../" + "/".join(path.parts[-2:])
+
+
+def repo_root() -> Path | None:
+    """The checkout holding this code (packages/ws1-harness/src/ws1_harness -> four levels up), if it is one."""
+    root = source_dir().parents[3]
+    return root if (root / "packages").is_dir() else None
+
+
+def portable_command(argv: Sequence[str]) -> tuple[str, ...]:
+    """`argv` with every path made portable (see `portable_path`); the program itself by its name only."""
+    if not argv:
+        return ()
+    return (Path(argv[0]).name, *(portable_path(a) for a in argv[1:]))
+
+
 def git_state(where: Path | None = None) -> tuple[str, bool, str]:
     """(commit, dirty, source) of the checkout holding `where` (default: this code).
 
@@ -151,7 +183,7 @@ def collect_provenance(argv: Sequence[str] | None = None) -> Provenance:
         git_commit=commit,
         git_dirty=dirty,
         git_source=src,
-        source_dir=str(source_dir()),
+        source_dir=portable_path(str(source_dir())),
         device=device,
         device_name=name,
         capability=cap,
@@ -161,7 +193,7 @@ def collect_provenance(argv: Sequence[str] | None = None) -> Provenance:
         triton=_version("triton"),
         python=platform.python_version(),
         platform=platform.platform(),
-        argv=tuple(sys.argv if argv is None else argv),
+        argv=portable_command(sys.argv if argv is None else argv),
         packages=tuple((p, _version(p)) for p in _PACKAGES),
         arch_proxy=os.environ.get("WS1_ARCH_PROXY") or None,
     )

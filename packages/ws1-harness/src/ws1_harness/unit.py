@@ -17,7 +17,7 @@ import torch
 from ws1_contract import Contract
 from ws1_workload import Fixture, Layout, LayoutSpec, build_layout, logical_tensor
 
-from .adapters import OperatorAdapter, make_param
+from .adapters import OperatorAdapter, shared_param
 from .compare import Comparison, bitwise_equal, tolerance_check
 from .layouts_exec import LayoutRun, LogicalInputs, run_layout, run_reference
 from .observe import Observation
@@ -101,7 +101,13 @@ def logical_inputs(
                 case_id, f"{adapter.operator}.{spec.name}", keys, spec.row_shape, torch.bfloat16
             )
             tokens[spec.name] = (x.float() * spec.scale).to(torch.bfloat16)
-    params = {p.name: make_param(f"{case_id}|{adapter.operator}", p) for p in adapter.params}
+    # A weight belongs to the model, not to the batch: it derives from (operator, model) only, so every tier of
+    # an operator judges the same weight and the worker generates a [151936, 4096] weight once per sweep, not
+    # once per tier (about 5 s each on one host core).
+    model = case_id.rsplit("/", 1)[-1]
+    params = {
+        p.name: shared_param(f"{adapter.operator}/{model}|{adapter.operator}", p) for p in adapter.params
+    }
     upstream = None
     if train:
         active = torch.cat([s.active for s in samples]).bool()

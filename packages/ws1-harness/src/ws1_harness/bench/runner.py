@@ -31,6 +31,7 @@ from ws1_harness.bench import records as R
 from ws1_harness.bench import shapes as S
 from ws1_harness.bench import targets as T
 from ws1_harness.bench.timing import Timer, l2_policy, make_timer, measure_ceilings, one_line, synchronize
+from ws1_harness.provenance import portable_path
 
 # Ceiling sizes: 2 GiB copy and 8192^3 mm on CUDA (large enough to reach the plateau on an H200); on the CPU
 # small enough to finish in a second, since CPU figures only exercise the machinery.
@@ -490,7 +491,7 @@ def collect(
         "kind": R.KIND,
         "schema_version": R.SCHEMA_VERSION,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": "ws1 " + " ".join(shlex.quote(a) for a in argv),
+        "command": "ws1 " + " ".join(shlex.quote(portable_path(a)) for a in argv),
         "profile": opts.profile,
         "model": opts.model,
         "device": _device_info(opts.device, prov),

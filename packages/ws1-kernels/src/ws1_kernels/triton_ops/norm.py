@@ -300,6 +300,7 @@ _DECLARED = frozenset(
         "aten._to_copy",
         "aten.clone",
         "aten.view",
+        "aten.detach",  # autograd's bookkeeping on CUDA (seen on the H200, not on the CPU interpreter)
     }
 )
 OPS: dict[str, OpSpec] = {

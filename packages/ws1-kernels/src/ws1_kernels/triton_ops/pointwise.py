@@ -354,7 +354,8 @@ def rope_forward(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torc
 
 
 # empty/empty_like: outputs; clone: contiguous() of a non-contiguous upstream grad
-_EW_OPS = frozenset({"aten.empty", "aten.empty_like", "aten.clone"})
+# detach: autograd's bookkeeping on CUDA (seen on the H200, not on the CPU interpreter)
+_EW_OPS = frozenset({"aten.empty", "aten.empty_like", "aten.clone", "aten.detach"})
 # rope adds the one-time fp64 inverse-frequency table (arange, mul, div, pow, reciprocal on the host CPU,
 # then _to_copy to the device) and the per-call positions copy of ctx.on (_to_copy)
 _ROPE_OPS = _EW_OPS | frozenset(
