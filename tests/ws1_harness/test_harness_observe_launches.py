@@ -83,3 +83,17 @@ def test_stock_candidates_are_not_judged_on_ops() -> None:
     assert problem is not None and problem[0] == "undeclared_op"
     stock = CandidateUnderTest(**{**cand.__dict__, "stock": True})
     assert _observation_problem(obs, stock) is None
+
+
+def test_op_watch_can_be_skipped_for_the_stock_baseline_only_by_choice() -> None:
+    """The stock baseline's non-canonical layouts skip the dispatch watch; launches are still recorded."""
+    import torch
+
+    x = torch.ones(3)
+    with observe(watch_ops=False) as off:
+        launches.record("ws1.native.silu", "fwd")
+        torch.nn.functional.silu(x)
+    with observe() as on:
+        torch.nn.functional.silu(x)
+    assert off.ops == set() and off.kernels == {"ws1.native.silu"}
+    assert "aten.silu" in on.ops

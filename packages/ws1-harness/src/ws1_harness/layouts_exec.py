@@ -164,6 +164,7 @@ def run_layout(
     param_rule: str | None,
     main_grad_pool: dict[str, Tensor] | None = None,
     watch_launches: bool = False,
+    watch_ops: bool = True,
 ) -> LayoutRun:
     """Execute `fn` call by call on `layout`; backward too when `train` (training layouts only).
 
@@ -192,7 +193,7 @@ def run_layout(
             positions=call.positions.clone(),
             kv_prefix=_kv_prefix(call, inputs),
         )
-        with observe(watch_launches) as fwd_obs:
+        with observe(watch_launches, watch_ops) as fwd_obs:
             out = adapter.invoke(fn, physical, params, ctx)
         run.forward_obs.merge(fwd_obs)
         outputs.append(out.detach())
@@ -203,7 +204,7 @@ def run_layout(
         try:
             if not out.requires_grad:
                 raise MissingBackwardError("output does not require grad: the candidate has no backward")
-            with observe(watch_launches) as bwd_obs:
+            with observe(watch_launches, watch_ops) as bwd_obs:
                 torch.autograd.backward(out, upstream)
             run.backward_obs.merge(bwd_obs)
         except (MissingBackwardError, NotImplementedError) as exc:

@@ -343,6 +343,10 @@ NATIVE_OPS: dict[str, frozenset[str]] = {
     "lm_head": frozenset({"aten.add_", "aten.detach", "aten.mm", "aten.t"}),
     "attention": frozenset(
         {
+            "aten.clone",  # repeat_interleave of keys and values per query head
+            "aten.expand",
+            "aten.sum",  # its backward: the repeated heads summed back
+            "aten.view",
             "aten._scaled_dot_product_flash_attention_for_cpu",
             "aten._scaled_dot_product_flash_attention_for_cpu_backward",
             "aten.add",
