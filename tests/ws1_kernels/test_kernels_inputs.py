@@ -108,3 +108,12 @@ def test_main_grad_of_wrong_dtype_is_refused() -> None:
     w.main_grad = torch.zeros(w.shape, dtype=torch.bfloat16)
     fn = registry.resolve("portable_cpu", "det_gemm").fn
     assert "main_grad" in _raises(fn, case.rows["x"], w, context(layout(BATCH, "packed")[0]))
+
+
+def test_main_grad_not_contiguous_is_refused() -> None:
+    """The shared check of every sample_blocks_main_grad backend: a strided buffer would be written wrongly."""
+    case = make_case("det_gemm", BATCH, DIMS)
+    w = case.params["weight"].clone().requires_grad_(True)
+    w.main_grad = torch.zeros((w.shape[1], w.shape[0]), dtype=torch.float32).t()
+    fn = registry.resolve("portable_cpu", "det_gemm").fn
+    assert "contiguous" in _raises(fn, case.rows["x"], w, context(layout(BATCH, "packed")[0]))

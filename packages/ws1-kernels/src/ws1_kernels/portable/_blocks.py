@@ -107,14 +107,24 @@ def main_grad_of(weight: torch.Tensor) -> torch.Tensor:
 
 
 def check_main_grad(where: str, weight: torch.Tensor) -> None:
-    """A ``main_grad`` set by the caller must be fp32 of the weight's shape (checked in the forward, cheap)."""
+    """A ``main_grad`` set by the caller must be contiguous fp32 of the weight's shape on its device.
+
+    Checked in the forward (cheap); absent is fine: the backward creates it as zeros, as Megatron does. Shared by
+    every backend whose rule is ``sample_blocks_main_grad``.
+    """
     from ..errors import KernelInputError
 
     mg = getattr(weight, "main_grad", None)
     if mg is not None and (
-        not isinstance(mg, torch.Tensor) or mg.dtype != torch.float32 or mg.shape != weight.shape
+        not isinstance(mg, torch.Tensor)
+        or mg.dtype != torch.float32
+        or mg.shape != weight.shape
+        or mg.device != weight.device
+        or not mg.is_contiguous()
     ):
-        raise KernelInputError(f"{where}: weight.main_grad must be fp32 of shape {tuple(weight.shape)}")
+        raise KernelInputError(
+            f"{where}: weight.main_grad must be contiguous fp32 of shape {tuple(weight.shape)} on {weight.device}"
+        )
 
 
 # One fp32 copy of the last large weight seen, valid while that tensor lives and is not modified: decode and

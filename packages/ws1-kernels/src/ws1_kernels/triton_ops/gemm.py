@@ -33,7 +33,7 @@ import triton.language as tl
 from .. import _validate as v
 from ..context import LayoutContext, Segment
 from ..errors import KernelInputError
-from ..portable._blocks import WGRAD_BLOCK, main_grad_of
+from ..portable._blocks import WGRAD_BLOCK, check_main_grad, main_grad_of
 from . import OpSpec
 from ._launch import check_contiguous, check_device, launch
 
@@ -597,26 +597,6 @@ class _Gemm(torch.autograd.Function):
         return dx, None, None, None
 
 
-def _check_main_grad(where: str, weight: torch.Tensor) -> None:
-    """When the weight needs a gradient, a ``main_grad`` already set must be fp32 of its shape on its device
-    (absent is fine: created as zeros in the backward, as Megatron and portable_cpu do)."""
-    if not weight.requires_grad:
-        return
-    mg = getattr(weight, "main_grad", None)
-    if mg is None:
-        return
-    if (
-        not isinstance(mg, torch.Tensor)
-        or mg.dtype != torch.float32
-        or mg.shape != weight.shape
-        or mg.device != weight.device
-        or not mg.is_contiguous()
-    ):
-        raise KernelInputError(
-            f"{where}: weight.main_grad must be contiguous fp32 of shape {tuple(weight.shape)} on {weight.device}"
-        )
-
-
 def linear(
     where: str,
     x: torch.Tensor,
@@ -638,7 +618,7 @@ def linear(
     ctx.check_rows(where, x.shape[0])
     check_device(where, x, weight)
     check_contiguous(where, x=x, weight=weight)
-    _check_main_grad(where, weight)
+    check_main_grad(where, weight)
     return _Gemm.apply(x, weight, ctx, tables or _Tables())
 
 

@@ -44,7 +44,7 @@ import triton.language as tl
 from .. import _validate as v
 from ..context import LayoutContext, Segment
 from ..errors import KernelInputError
-from ..portable._blocks import WGRAD_BLOCK, main_grad_of
+from ..portable._blocks import WGRAD_BLOCK, check_main_grad, main_grad_of
 from . import OpSpec
 from ._launch import check_contiguous, check_device, launch
 
@@ -743,26 +743,6 @@ def _check_targets(where: str, targets: object, vocab: int, rows: int, *, check_
     return targets
 
 
-def _check_main_grad(where: str, weight: torch.Tensor) -> None:
-    """A ``main_grad`` already set must be contiguous fp32 of the weight's shape on its device (absent is fine:
-    created as zeros in the backward)."""
-    if not weight.requires_grad:
-        return
-    mg = getattr(weight, "main_grad", None)
-    if mg is None:
-        return
-    if (
-        not isinstance(mg, torch.Tensor)
-        or mg.dtype != torch.float32
-        or mg.shape != weight.shape
-        or mg.device != weight.device
-        or not mg.is_contiguous()
-    ):
-        raise KernelInputError(
-            f"{where}: weight.main_grad must be contiguous fp32 of shape {tuple(weight.shape)} on {weight.device}"
-        )
-
-
 def _check_logp(where: str, logits: object, targets: object, *, allow_fp32: bool, check_range: bool) -> None:
     _dtype_of(where, "logits", logits, allow_fp32)
     assert isinstance(logits, torch.Tensor)
@@ -837,7 +817,7 @@ def linear_logp_apply(
     if isinstance(x, torch.Tensor) and x.dim() == 2:
         _check_ctx(where, ctx, x.shape[0])
     if isinstance(weight, torch.Tensor):
-        _check_main_grad(where, weight)  # host-only, before the target range check (the one sync)
+        check_main_grad(where, weight)  # host-only, before the target range check (the one sync)
     _check_linear(where, x, weight, targets, allow_fp32=allow_fp32, check_range=True)
     return _LinearLogp.apply(x, weight, targets, ctx, tiles or LINEAR_TILES)
 
