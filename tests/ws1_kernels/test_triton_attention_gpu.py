@@ -130,10 +130,15 @@ def test_gradients_bitwise_across_layouts(name: str) -> None:
         assert_bitwise(f"{name} {k}", got[k], _packed()[k])
 
 
-def test_backward_identical_run_to_run() -> None:
-    again = _run("packed", backward=True)
-    for k in ("out", "dq", "dk", "dv"):
-        assert_bitwise(f"rerun {k}", again[k], _packed()[k])
+RERUNS = 100  # forward and backward repeated; any scheduling-dependent reduction would show up as a flip
+
+
+def test_forward_and_backward_identical_run_to_run() -> None:
+    first = _packed()
+    for i in range(RERUNS):
+        again = _run("packed", backward=True)
+        for k in ("out", "dq", "dk", "dv"):
+            assert_bitwise(f"rerun {i} {k}", again[k], first[k])
 
 
 def test_attention_forward_gives_the_operator_bits() -> None:
