@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ws1_harness.errors import HarnessError
 from ws1_harness.status import CellStatus, ReasonCode, StatusError, check_status_reason
 
 GRADIENT_JUDGMENTS: frozenset[str] = frozenset({"gradient_accuracy", "gradient_invariance"})
@@ -32,7 +33,7 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-class CellError(ValueError):
+class CellError(HarnessError, ValueError):
     """A malformed cell record or operator spec."""
 
 

@@ -13,10 +13,11 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from ws1_harness.errors import HarnessError
 from ws1_harness.gate import EXIT_BAD_INPUT
 
 
-class UsageError(Exception):
+class UsageError(HarnessError):
     """Bad command-line arguments (raised instead of argparse's print-and-exit)."""
 
 
@@ -198,18 +199,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("ws1: interrupted", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as exc:  # noqa: BLE001 - the CLI contract: one line, exit 2, never a traceback
-        from ws1_harness.evidence import EvidenceError
-
-        known = isinstance(exc, (UsageError, EvidenceError)) or type(exc).__name__ in (
-            "ContractError",
-            "WorkloadError",
-            "CellError",
-            "StatusError",
-            "BenchInputError",
-        )
+        known = isinstance(exc, _input_errors())
         prefix = "" if known else f"ws1: internal error: {type(exc).__name__}: "
         print(prefix + _one_line(exc), file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _input_errors() -> tuple[type[BaseException], ...]:
+    """The error bases of bad input in every ws1 package this process has loaded (never imports torch here)."""
+    bases: list[type[BaseException]] = [HarnessError]
+    for module, name in (
+        ("ws1_contract.errors", "ContractError"),
+        ("ws1_workload.errors", "WorkloadError"),
+        ("ws1_kernels.errors", "KernelError"),
+    ):
+        loaded = sys.modules.get(module)
+        if loaded is not None:
+            bases.append(getattr(loaded, name))
+    return tuple(bases)
 
 
 def _entry() -> None:  # pragma: no cover

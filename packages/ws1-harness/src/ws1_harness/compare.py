@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import torch
 
 from ws1_harness.cells import json_safe
+from ws1_harness.errors import HarnessError
 from ws1_harness.status import ReasonCode
 
 Key = tuple[int, int]
@@ -54,7 +55,7 @@ _INT_DTYPES = frozenset(
 )
 
 
-class ComparatorError(ValueError):
+class ComparatorError(HarnessError, ValueError):
     """A comparison that cannot be made (unsupported dtype, wrong kind of spec)."""
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ws1_harness.cells import Cell, CellError, CellKey, OperatorInfo, cell_key_of, operator_infos
+from ws1_harness.errors import HarnessError
 from ws1_harness.provenance import collect_provenance
 from ws1_harness.status import CellStatus
 
@@ -35,7 +36,7 @@ SCHEMA_VERSION = 2  # 2: arch-labelled profiles, per-cell device, kernel_mismatc
 PARTIAL_SUFFIX = ".partial.jsonl"
 
 
-class EvidenceError(Exception):
+class EvidenceError(HarnessError):
     """Bad, incomplete or unwritable evidence. The message is one line: '<where>: <what>'."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ws1_contract import load_contract
+from ws1_harness.errors import HarnessError
 from ws1_kernels import registry
 from ws1_workload import Manifest, load_manifest
 
@@ -36,7 +37,7 @@ DEFAULT_CELL_TIMEOUT_S = 900.0
 CPU_DEFAULT_TIERS = ("short", "primary")
 
 
-class MatrixInputError(ValueError):
+class MatrixInputError(HarnessError, ValueError):
     """Bad matrix arguments: reported as one line, exit 2."""
 
 

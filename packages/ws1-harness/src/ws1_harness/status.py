@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from ws1_harness.errors import HarnessError
+
 
 class CellStatus(str, Enum):
     """The verdict of one matrix cell. Only `green` passes; every other value is an open verdict (trap 2)."""
@@ -116,7 +118,7 @@ NA_REASONS: frozenset[str] = frozenset(
 )
 
 
-class StatusError(ValueError):
+class StatusError(HarnessError, ValueError):
     """A status/reason combination that the registry does not allow."""
 
 

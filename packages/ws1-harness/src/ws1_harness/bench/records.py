@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ws1_harness.bench.targets import Target, judge
+from ws1_harness.errors import HarnessError
 
 KIND = "bench"
 SCHEMA_VERSION = 1
@@ -40,7 +41,7 @@ _REQUIRED = (
 _ROW_REQUIRED = ("op", "shape", "m", "phase", "status", "candidate_ms", "peer_ms", "ratio", "target_met")
 
 
-class BenchInputError(Exception):
+class BenchInputError(HarnessError):
     """Bad arguments or an unreadable bench file: one line, exit 2."""
 
 
