@@ -2,7 +2,7 @@
 
 Sessions:
   lint           ruff check, ruff format --check, mypy on the typed packages.
-  cpu_contract   everything that runs without a GPU: the four packages' tests (pytest-xdist), the C8 matrix for
+  cpu_contract   everything that runs without a GPU: the four packages' tests (pytest-xdist), the matrix for
                  `portable_cpu` (gated: must pass) and `native_torch` (recorded, not gated).  CI runs it.
   matrix         the README's main job: the full CPU matrix for `portable_cpu`, gated, with report and heatmap.
   gate           merge the shards given as arguments and gate them.
@@ -10,7 +10,8 @@ Sessions:
                  on red); `-- --profile P --tier T --no-tests` narrow it.  gpu_sm86 likewise (PTX proxy on sm_90).
   bench          `ws1 bench` on the GPU: candidate vs stock peer timings.
 
-Evidence is written outside the checkout (trap 23): `$WS1_OUT` if set, else a folder under the system temp dir.
+Evidence is written outside the checkout, so the tree stays clean: `$WS1_OUT` if set, else a folder under
+the system temp dir.
 On a machine without a package registry run `nox --no-venv -s ...` on the system's torch.
 """
 
@@ -187,7 +188,8 @@ def _run_matrix(
 
 @nox.session(default=False)
 def matrix(session: nox.Session) -> None:
-    """Main job: the CPU C8 matrix for portable_cpu on the CPU tiers, with report and heatmap, gated."""
+    """Main job: the CPU matrix (profile x operator x tier x judgment) for portable_cpu on the CPU tiers,
+    with report and heatmap, gated."""
     _cpu_env(session)
     out = _evidence_dir(session, "matrix")
     profile = session.posargs[0] if session.posargs else "portable_cpu"

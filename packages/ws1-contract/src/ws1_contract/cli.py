@@ -30,9 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> _Parser:
-    parser = _Parser(
-        prog=PROG, description="Validate, resolve and fingerprint the ws1 C1 tolerance contract."
-    )
+    parser = _Parser(prog=PROG, description="Validate, resolve and fingerprint the ws1 tolerance contract.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     validate = commands.add_parser("validate", help="validate a contract (default: the shipped one)")

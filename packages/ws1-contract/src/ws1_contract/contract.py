@@ -43,7 +43,10 @@ def _name_error(kind: str, value: object, known: tuple[str, ...]) -> ContractErr
 
 
 def _check_schema_version(document: Any, source: str) -> None:
-    """A legacy or future contract is refused by its version first (trap 10), not by whichever key it lacks."""
+    """A legacy or future contract is refused by its version first, not by whichever key it lacks.
+
+    A legacy contract without per-judgment rows once let gradient checks use forward thresholds.
+    """
     if isinstance(document, Mapping) and "schema_version" in document:
         found = document["schema_version"]
         if found != v.SCHEMA_VERSION or isinstance(found, bool):

@@ -29,7 +29,7 @@ MODE_BITWISE = "bitwise"
 
 # Invariance is judged on raw bits: the right side of every invariance role is the canonical layout.
 INVARIANCE_ROLE = ("transformed_layout", "canonical_layout")
-# Accuracy is judged against fp32 gold only (trap 5: a bf16 "reference" judged a bf16 candidate).
+# Accuracy is judged against fp32 gold only: a bf16 "reference" hides a bf16 candidate's own error.
 ACCURACY_RIGHT = "fp32_reference"
 CHAIN_ROLE = ("training_teacher_forcing", "rollout_decode")
 
@@ -45,6 +45,6 @@ CLIP_LOW = 0.8
 CLIP_HIGH = 1.2
 
 # A threshold may be marked `calibrated` only when measured on at least this many active tokens and seeds
-# (trap 12: thresholds once "calibrated" on 27 tokens).
+# (an earlier gate called thresholds "calibrated" after 27 tokens).
 MIN_CALIBRATION_TOKENS = 4096
 MIN_CALIBRATION_SEEDS = 3

@@ -1,10 +1,10 @@
 """Matrix cells: their key, their record, and the expected cell set derived from the axes.
 
-Trap 11: tests and gates once hard-coded how many cells a matrix has. Here the expected set is always computed
-from the axes (profiles × operators × tiers × judgments) and the manifest's operator specs, which say which
-cells are layout-only (`na` with reason `layout_only`), which gradient cells do not apply (`na` with reason
-`not_differentiable`) and which operators are optional (may be absent, or `na` with `optional_not_provided`).
-No torch here: the gate uses this module.
+Tests and gates of earlier systems hard-coded how many cells a matrix has. Here the expected set is always
+computed from the axes (profiles × operators × tiers × judgments) and the manifest's operator specs, which say
+which cells are layout-only (`na` with reason `layout_only`), which gradient cells do not apply (`na` with
+reason `not_differentiable`) and which operators are optional (may be absent, or `na` with
+`optional_not_provided`). No torch here: the gate uses this module.
 """
 
 from __future__ import annotations

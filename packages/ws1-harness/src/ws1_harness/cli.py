@@ -1,9 +1,11 @@
 """The `ws1` command line: matrix, merge, gate, report, bench.
 
-Exit codes follow the gate: 0 pass, 1 red, 2 bad input, 3 pending only. Traps 15 and 17: bad input anywhere
-(unknown file, malformed or truncated JSON, disagreeing shards, bad arguments) exits 2 with exactly one line
-on stderr and never a traceback; any unexpected exception is also reported as one line with exit 2, so a
-crash can never read as a pass. Trap 21: the gate prints its whole summary before it exits non-zero.
+Exit codes follow the gate: 0 pass, 1 red, 2 bad input, 3 pending only. Earlier gates let expected failures
+surface as tracebacks (then string-matched them) and crashed on one unguarded dictionary read. Here bad input
+anywhere (unknown file, malformed or truncated JSON, disagreeing shards, bad arguments) exits 2 with exactly
+one line on stderr and never a traceback; any unexpected exception is also reported as one line with exit 2,
+so a crash can never read as a pass. A CI script once died under `set -e` before printing its red summary;
+the gate prints its whole summary before it exits non-zero.
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     sub.required = True
 
-    m = sub.add_parser("matrix", help="run the C8 matrix for one profile into an evidence file")
+    m = sub.add_parser(
+        "matrix",
+        help="run the matrix (profile x operator x tier x judgment) for one profile into an evidence file",
+    )
     m.add_argument("--profile", required=True)
     m.add_argument("--tier", action="append", help="tier to run (repeatable; default: every tier)")
     m.add_argument("--op", action="append", help="operator to run (repeatable; default: every operator)")

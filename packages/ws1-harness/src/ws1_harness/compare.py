@@ -1,6 +1,6 @@
 """The two comparators the four judgments use: raw-bit equality and the contract's tolerance rule.
 
-Why this module is strict (traps 4 and 5):
+Why this module is strict (earlier gates fell for both of these):
 - Invariance is judged on raw bits. Comparing fp32 upcasts with allclose lets +0 equal -0 and leaves NaN
   unspecified; here both sides are viewed as integers of the same width, so +0 != -0 and a NaN equals a NaN
   only when the two bit patterns are identical (same sign, same payload). Shape and dtype are checked first.
@@ -60,7 +60,7 @@ class ComparatorError(HarnessError, ValueError):
 
 
 class ReferenceDtypeError(ComparatorError):
-    """The accuracy reference is not fp32 (trap 5: a bf16 'reference' compared with a bf16 candidate)."""
+    """The accuracy reference is not fp32: a bf16 'reference' hides a bf16 candidate's own error."""
 
 
 class ToleranceSpecLike(Protocol):

@@ -1,16 +1,17 @@
 """Evidence files: written cell by cell while the matrix runs, finalised into one validated JSON document.
 
 Why it works this way:
-- Trap 20: a hung or crashed run once left nothing behind. The writer appends every cell to
+- A hung or crashed run of an earlier gate left nothing behind. The writer appends every cell to
   `<name>.partial.jsonl` (one JSON object per line, flushed and fsync'd) as soon as it is known; a crash leaves
   a readable partial file whose `finalised` is false, which the gate reads as red, never as a pass.
-- Trap 1: an empty or truncated file once passed. `finalise()` validates the whole document against
+- An empty or truncated file once passed an earlier gate. `finalise()` validates the whole document against
   `evidence.schema.json` (shipped by ws1_contract) plus semantic checks before an atomic rename, and every
   reader repeats those checks; missing fields never default to empty.
-- Trap 6: provenance is collected by the writer itself, always.
-- Trap 23: writing into the checkout dirtied the tree. The default directory is outside it
-  (`$WS1_EVIDENCE_DIR` or `~/.cache/ws1/evidence`), and a path inside a git work tree that git does not
-  ignore is refused unless the caller passes `allow_in_checkout=True`.
+- Provenance is collected by the writer itself, always (an earlier gate checked it only when a caller
+  passed it).
+- An earlier gate wrote its artifact into the checkout and dirtied the tree. The default directory is
+  outside it (`$WS1_EVIDENCE_DIR` or `~/.cache/ws1/evidence`), and a path inside a git work tree that git
+  does not ignore is refused unless the caller passes `allow_in_checkout=True`.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ class EvidenceHeader:
 
 
 def default_evidence_dir() -> Path:
-    """`$WS1_EVIDENCE_DIR`, else `~/.cache/ws1/evidence`: outside any checkout by default (trap 23)."""
+    """`$WS1_EVIDENCE_DIR`, else `~/.cache/ws1/evidence`: outside any checkout by default (a clean tree)."""
     env = os.environ.get("WS1_EVIDENCE_DIR")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "ws1" / "evidence"
 
@@ -154,7 +155,7 @@ def _git_toplevel(path: Path) -> Path | None:
 
 
 def check_outside_checkout(path: Path) -> None:
-    """Refuse an evidence path inside a git work tree unless git ignores it (trap 23)."""
+    """Refuse an evidence path inside a git work tree unless git ignores it: it would dirty the tree."""
     top = _git_toplevel(path.parent if not path.is_dir() else path)
     if top is None:
         return

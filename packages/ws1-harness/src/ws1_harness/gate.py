@@ -3,16 +3,16 @@
 Exit codes: 0 pass, 1 red, 2 bad input, 3 pending only.
 
 What makes it fail closed:
-- Trap 1: an empty or truncated file once passed. Unreadable, malformed, truncated or schema-invalid input is
-  exit 2; a partial (not finalised) file is red; the exact expected cell set is required (a missing required
-  cell and any extra cell are red); at least one executed green required cell is required.
-- Trap 2: only one failing verdict kind was once counted. Here every status other than green is open: red and
+- An empty or truncated file once passed an earlier gate. Unreadable, malformed, truncated or schema-invalid
+  input is exit 2; a partial (not finalised) file is red; the exact expected cell set is required (a missing
+  required cell and any extra cell are red); at least one executed green required cell is required.
+- An earlier gate counted only one failing verdict kind. Here every status other than green is open: red and
   error are red, `na` passes only with the reason the expected cell set demands, `pending_arch` is pending
   (exit 3) unless explicitly allowed.
-- Trap 11: the expected set is derived from the evidence's own axes and operator specs (ws1_harness.cells),
-  or passed in by the caller; no count is hard-coded.
-- Trap 22: `expect_commit` and `require_clean` check the commit and dirty flag of the code that produced the
-  cells.
+- Tests once hard-coded cell counts. The expected set is derived from the evidence's own axes and operator
+  specs (ws1_harness.cells), or passed in by the caller; no count is hard-coded.
+- Evidence once came from an older commit. `expect_commit` and `require_clean` check the commit and dirty flag
+  of the code that produced the cells.
 No torch is imported here.
 """
 
@@ -148,7 +148,7 @@ def _judge_cell(raw: Mapping[str, Any], exp: ExpectedCell, allow_pending_arch: b
 
 
 def _inventory_problems(doc: Mapping[str, Any]) -> list[Problem]:
-    """C5: every profile on the axes needs every inventory item, each with verdict `pass` (trap 2).
+    """Inventory: every profile on the axes needs every item, each with verdict `pass`; anything else is open.
 
     Items that are chain nodes are re-derived from the cells here, so a stored `pass` cannot outvote a red cell.
     """

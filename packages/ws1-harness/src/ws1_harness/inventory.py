@@ -5,7 +5,7 @@ every one of their cells for the profile is green. The others (residual add, sca
 dtype cast) are not separate kernels in any profile; the chain does them with one stock elementwise op each, so
 the inventory checks those ops directly (`inventory_checks`, which needs torch): row alone vs row in a batch,
 raw bits, and the rounding rule. This module imports no torch: the gate re-derives node verdicts from cells.
-Trap 2: an inventory gate once counted only one failing kind. Here every verdict other than `pass` is open.
+An earlier inventory gate counted only one failing kind. Here every verdict other than `pass` is open.
 """
 
 from __future__ import annotations

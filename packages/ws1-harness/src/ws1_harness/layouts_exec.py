@@ -1,10 +1,10 @@
-"""Run one candidate on one physical layout: the C3 forward and C4 backward executions.
+"""Run one candidate on one physical layout: the forward and backward executions the judgments read.
 
 The candidate executes on the layout itself: one call per physical call of the layout (one batched call for
 B=N, one per micro-batch, one per chunk, the padded grid with its pad rows). Outputs and token gradients come
 back in physical order and are restored to logical order by the workload's `restore`, which fails on any
 missing, extra or duplicate key. Each layout runs once; the forward and gradient judgments read that one run
-(trap 31).
+instead of running the candidate again for each judgment.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""`ws1 matrix`: run the C8 matrix (profile x operator x tier x judgment) for one profile into evidence.
+"""`ws1 matrix`: run the matrix (profile x operator x tier x judgment) for one profile into evidence.
 
 Inputs are validated up front (unknown profile, operator or tier: exit 2, one line) so no work is wasted on a
-typo (trap 17). Units run one by one in a worker process with a time limit each (trap 20); every cell is
+typo, and never ends in a traceback. Units run one by one in a worker process with a time limit each, so a
+hung kernel cannot block the sweep; every cell is
 written to the evidence as soon as it is known, then the file is finalised and a summary table is printed
 last. Exit status: 0 when every cell of this run is green or an expected `na`, 1 when any is not; the verdict
 on a complete cell set is `ws1 gate`'s.

@@ -4,9 +4,10 @@ Shards are run separately (per profile, per GPU kind, `--shard i/n`) and merged 
 only meaningful when every shard judged the same code against the same workload and contract, so the merge
 refuses shards that disagree on the schema version, git commit, dirty flag, workload (id, fingerprint,
 revision), contract fingerprint, judgments or operator specs, shards that are not finalised, shards that are
-themselves merges, and shards that overlap (the same cell key twice). Trap 22: evidence from another commit is
-never mixed in. The merged file records every shard (file name, hash, command, provenance, counts), and each
-cell records the index of the shard it came from.
+themselves merges, and shards that overlap (the same cell key twice). Evidence from another commit is never
+mixed in (an earlier gate accepted it on the claim that later commits did not change operators). The merged
+file records every shard (file name, hash, command, provenance, counts), and each cell records the index of
+the shard it came from.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Mandatory provenance for every evidence file.
 
-Trap 6: provenance was once checked only when a caller chose to pass it, and the debugging tool never did.
+An earlier gate checked provenance only when a caller chose to pass it, and its debugging tool never did.
 Here the evidence writer and the merge collect it themselves; there is no way to write evidence without it.
-Trap 22: a missing or failing `git` never reads as a clean tree: the commit becomes "unknown" and dirty=True.
-Trap 24: the software and hardware environment is recorded so that CI and evidence environments can be
-compared. No hostname is recorded.
+A missing or failing `git` never reads as a clean tree: the commit becomes "unknown" and dirty=True.
+CI and evidence environments once differed (torch, CUDA) unnoticed: the software and hardware environment is
+recorded so that they can be compared. No hostname is recorded.
 
 A checkout copied without its `.git` (a remote GPU machine) may state its commit through the environment
 variables WS1_SOURCE_COMMIT and WS1_SOURCE_DIRTY ("0" or "1", default "1"); the record then says

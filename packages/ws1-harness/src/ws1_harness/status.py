@@ -1,6 +1,6 @@
 """Cell statuses and the registry of machine-readable reason codes.
 
-Trap 14: status was once parsed out of human-readable messages. Here every verdict is an enum value and every
+An earlier gate parsed status out of human-readable messages. Here every verdict is an enum value and every
 non-green verdict carries a reason code from one registry, which also says under which statuses a code may
 appear. The evidence schema enumerates the same codes (a test keeps the two in sync), so a code that is not
 registered here cannot reach a gate.
@@ -15,7 +15,7 @@ from ws1_harness.errors import HarnessError
 
 
 class CellStatus(str, Enum):
-    """The verdict of one matrix cell. Only `green` passes; every other value is an open verdict (trap 2)."""
+    """The verdict of one matrix cell. Only `green` passes; every other value is an open verdict."""
 
     GREEN = "green"
     RED = "red"
@@ -78,7 +78,7 @@ REASONS: dict[str, ReasonInfo] = {
         ReasonInfo("non_finite", _FAIL, "NaN/Inf in the candidate where the reference has another value"),
         ReasonInfo("shape_mismatch", _FAIL, "compared tensors have different shapes"),
         ReasonInfo("dtype_mismatch", _FAIL, "compared tensors have different dtypes"),
-        ReasonInfo("reference_dtype", _FAIL, "the accuracy reference was not fp32 (trap 5)"),
+        ReasonInfo("reference_dtype", _FAIL, "the accuracy reference was not fp32"),
         ReasonInfo("not_run", _FAIL, "a required cell produced no result"),
         ReasonInfo("timeout", _FAIL, "the cell exceeded its time limit"),
         ReasonInfo("missing_backward", _FAIL, "the candidate has no backward for a differentiable input"),

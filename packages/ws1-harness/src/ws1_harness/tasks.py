@@ -2,7 +2,7 @@
 
 A task names (profile, operator, tier, model); its result is one record per judgment, plain JSON so that it
 crosses a process boundary. Everything a task needs is loaded from the manifest and contract by name, so a
-task run alone sees exactly the data it sees inside the full sweep (trap 18).
+task run alone sees exactly the data it sees inside the full sweep; nothing depends on its position in a list.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class UnitTask:
 
     @property
     def tier_label(self) -> str:
-        """Reduced widths are their own tier (trap 8): `primary` at full width, `primary@tiny` otherwise."""
+        """Reduced widths are their own tier: `primary` at full width, `primary@tiny` otherwise."""
         return self.tier if self.model == FULL_MODEL else f"{self.tier}@{self.model}"
 
     @property

@@ -1,8 +1,8 @@
 """A worker process that runs units one at a time, so a hung or crashing candidate costs one unit, not the sweep.
 
-Trap 20: without a time limit a hung kernel blocked CI for 90 minutes and no partial matrix came out. The
-parent sends a task, waits at most the unit's limit, and on expiry kills the worker, records the unit as red
-`timeout` and starts a fresh worker for the next unit. The worker keeps its caches (manifest, contract,
+Without a time limit, a hung kernel once blocked an earlier CI for 90 minutes and no partial matrix came out.
+The parent sends a task, waits at most the unit's limit, and on expiry kills the worker, records the unit as
+red `timeout` and starts a fresh worker for the next unit. The worker keeps its caches (manifest, contract,
 generated weights) between units while it lives.
 """
 
