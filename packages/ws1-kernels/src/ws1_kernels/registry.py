@@ -320,7 +320,7 @@ def _register_triton() -> None:
             Candidate(
                 profile=triton_ops.PROFILE,
                 operator=op,
-                kernel_id=sorted(spec.kernel_ids)[0],
+                kernel_id=spec.kernel_id,
                 kernel_ids=spec.kernel_ids,
                 family="triton",
                 device="cuda",

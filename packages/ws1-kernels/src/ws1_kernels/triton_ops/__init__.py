@@ -3,9 +3,10 @@
 One module per operator family; each holds its ``@triton.jit`` kernels, its ``torch.autograd.Function`` and the
 public entry points, and exports for every operator it implements::
 
-    OPS[operator] = OpSpec(fn, kernels, declared_ops)
+    OPS[operator] = OpSpec(fn, kernels, declared_ops, forward)
 
-``kernels`` are the Triton kernel names the operator may launch (forward and backward), recorded at the launch
+``forward`` is the kernel the forward launches, the candidate's primary id (what the manifest's profile table
+names, as ``triton:<forward>``); ``kernels`` are the Triton kernel names the operator may launch (forward and backward), recorded at the launch
 site as ``triton:<name>`` (``_launch.launch``) and seen again by the harness through Triton's own launch hook;
 ``declared_ops`` are the aten overload packets the entry point may dispatch around its launches (allocation,
 the host-to-device copy of the layout ids).
@@ -49,6 +50,16 @@ class OpSpec:
     fn: Callable[..., Any]
     kernels: frozenset[str]
     declared_ops: frozenset[str]
+    forward: str
+
+    def __post_init__(self) -> None:
+        if self.forward not in self.kernels:
+            raise ValueError(f"OpSpec: forward kernel {self.forward!r} is not among {sorted(self.kernels)}")
+
+    @property
+    def kernel_id(self) -> str:
+        """The primary id: the forward kernel, as launch sites and the launch hook name it."""
+        return f"triton:{self.forward}"
 
     @property
     def kernel_ids(self) -> frozenset[str]:

@@ -619,6 +619,7 @@ OPS: dict[str, OpSpec] = {
     "attention": OpSpec(
         fn=attention,
         kernels=frozenset({"_attn_fwd", "_attn_bwd_delta", "_attn_bwd_dq", "_attn_bwd_dkv"}),
+        forward="_attn_fwd",
         declared_ops=frozenset(
             {
                 "aten.empty",  # outputs, lse, delta

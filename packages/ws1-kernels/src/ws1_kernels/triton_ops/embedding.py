@@ -157,4 +157,4 @@ _DECLARED = frozenset(
         "aten.clone",
     }
 )
-OPS: dict[str, OpSpec] = {"embedding": OpSpec(embedding, _KERNELS, _DECLARED)}
+OPS: dict[str, OpSpec] = {"embedding": OpSpec(embedding, _KERNELS, _DECLARED, "ws1_embedding_gather")}

@@ -637,6 +637,6 @@ def lm_head(x: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext) -> torch.
 DECLARED_OPS = frozenset({"aten.empty", "aten.lift_fresh", "aten._to_copy", "aten.clone", "aten.zeros"})
 
 OPS: dict[str, OpSpec] = {
-    "det_gemm": OpSpec(det_gemm, KERNELS, DECLARED_OPS),
-    "lm_head": OpSpec(lm_head, KERNELS, DECLARED_OPS),
+    "det_gemm": OpSpec(det_gemm, KERNELS, DECLARED_OPS, "ws1_gemm_fixed_k"),
+    "lm_head": OpSpec(lm_head, KERNELS, DECLARED_OPS, "ws1_gemm_fixed_k"),
 }

@@ -867,6 +867,6 @@ LINEAR_LOGP_DECLARED_OPS = frozenset(
 )
 
 OPS: dict[str, OpSpec] = {
-    "logp": OpSpec(logp, LOGP_KERNELS, LOGP_DECLARED_OPS),
-    "linear_logp": OpSpec(linear_logp, LINEAR_LOGP_KERNELS, LINEAR_LOGP_DECLARED_OPS),
+    "logp": OpSpec(logp, LOGP_KERNELS, LOGP_DECLARED_OPS, "ws1_logp_fwd"),
+    "linear_logp": OpSpec(linear_logp, LINEAR_LOGP_KERNELS, LINEAR_LOGP_DECLARED_OPS, "ws1_linear_logp_fwd"),
 }

@@ -304,6 +304,6 @@ _DECLARED = frozenset(
     }
 )
 OPS: dict[str, OpSpec] = {
-    "rms_norm": OpSpec(rms_norm, _KERNELS, _DECLARED),
-    "qk_norm": OpSpec(qk_norm, _KERNELS, _DECLARED),
+    "rms_norm": OpSpec(rms_norm, _KERNELS, _DECLARED, "ws1_norm_fwd"),
+    "qk_norm": OpSpec(qk_norm, _KERNELS, _DECLARED, "ws1_norm_fwd"),
 }

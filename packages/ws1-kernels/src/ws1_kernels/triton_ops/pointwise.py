@@ -362,7 +362,7 @@ _ROPE_OPS = _EW_OPS | frozenset(
     {"aten.arange", "aten.mul", "aten.div", "aten.pow", "aten.reciprocal", "aten._to_copy"}
 )
 OPS: dict[str, OpSpec] = {
-    "silu": OpSpec(silu, frozenset({"ws1_silu_fwd", "ws1_silu_bwd"}), _EW_OPS),
-    "swiglu": OpSpec(swiglu, frozenset({"ws1_swiglu_fwd", "ws1_swiglu_bwd"}), _EW_OPS),
-    "rope": OpSpec(rope, frozenset({"ws1_rope_rotate"}), _ROPE_OPS),
+    "silu": OpSpec(silu, frozenset({"ws1_silu_fwd", "ws1_silu_bwd"}), _EW_OPS, "ws1_silu_fwd"),
+    "swiglu": OpSpec(swiglu, frozenset({"ws1_swiglu_fwd", "ws1_swiglu_bwd"}), _EW_OPS, "ws1_swiglu_fwd"),
+    "rope": OpSpec(rope, frozenset({"ws1_rope_rotate"}), _ROPE_OPS, "ws1_rope_rotate"),
 }
