@@ -54,6 +54,11 @@ class UnitTask:
     def case_id(self) -> str:
         return f"{self.operator}/{self.tier}/{self.model}"
 
+    @property
+    def param_case(self) -> str:
+        """Parameters belong to the model, not to the tier: one weight per (operator, model)."""
+        return f"{self.operator}/{self.model}"
+
 
 @dataclass
 class TaskRecord:
@@ -164,6 +169,7 @@ def execute_task(task: UnitTask) -> list[dict[str, Any]]:
             contract,
             op_spec.op_class,
             case_id=task.case_id,
+            param_case=task.param_case,
             pad_id=model.pad_id,
             differentiable=op_spec.differentiable,
             device=device,

@@ -73,6 +73,7 @@ def logical_inputs(
     pad_id: int,
     train: bool,
     device: torch.device | str = "cpu",
+    param_case: str | None = None,
 ) -> LogicalInputs:
     """Every logical tensor of the case, each row a pure function of (case_id, tensor name, logical key).
 
@@ -101,13 +102,11 @@ def logical_inputs(
                 case_id, f"{adapter.operator}.{spec.name}", keys, spec.row_shape, torch.bfloat16
             )
             tokens[spec.name] = (x.float() * spec.scale).to(torch.bfloat16)
-    # A weight belongs to the model, not to the batch: it derives from (operator, model) only, so every tier of
-    # an operator judges the same weight and the worker generates a [151936, 4096] weight once per sweep, not
-    # once per tier (about 5 s each on one host core).
-    model = case_id.rsplit("/", 1)[-1]
-    params = {
-        p.name: shared_param(f"{adapter.operator}/{model}|{adapter.operator}", p) for p in adapter.params
-    }
+    # A weight belongs to the model, not to the batch: the caller names it by (operator, model) in `param_case`,
+    # so every tier of an operator judges the same weight and the worker generates a [151936, 4096] weight once
+    # per sweep, not once per tier (about 5 s each on one host core).
+    seed = param_case if param_case is not None else case_id
+    params = {p.name: shared_param(f"{seed}|{adapter.operator}", p) for p in adapter.params}
     upstream = None
     if train:
         active = torch.cat([s.active for s in samples]).bool()
@@ -196,6 +195,7 @@ def run_unit(
     differentiable: bool = True,
     dtype: str = "bf16",
     device: torch.device | str = "cpu",
+    param_case: str | None = None,
 ) -> UnitResult:
     """Execute the candidate once per layout and render the four judgments.
 
@@ -214,7 +214,7 @@ def run_unit(
         raise ValueError(f"manifest layouts: expected exactly one '{CANONICAL_TYPE}' layout")
     canon_spec = canonical_specs[0]
     train = differentiable and bool(adapter.grad_inputs or adapter.params)
-    inputs = logical_inputs(adapter, fixture, case_id, pad_id, train, dev)
+    inputs = logical_inputs(adapter, fixture, case_id, pad_id, train, dev, param_case)
     keys = inputs.keys
 
     scratch: dict[str, Tensor] = {}
