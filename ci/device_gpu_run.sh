@@ -35,6 +35,7 @@ for s in "$@"; do
             ws1 gate "$ev"/triton_cuda_bf16/*.json | head -40 ;;
     tests)  step tests "${TESTS_LIMIT:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE tests ;;
     bench)  step bench "${BENCH_LIMIT:-300}" ws1 bench --profile triton_cuda_bf16 --out "$ev/bench" --force ${BENCH_ARGS:-} ;;
+    sdpa)   step sdpa "${SDPA_LIMIT:-240}" python3 ci/sdpa_probe.py --lengths "${SDPA_LENGTHS:-60}" ;;
     prof)   step prof "${PROF_LIMIT:-150}" python3 ci/profile_unit.py ${PROF_UNIT:-native_torch attention long} ;;
     nox)    step nox "${NOX_LIMIT:-500}" python3 -m nox --no-venv -s gpu_sm90 -- ${NOX_ARGS:-} ;;
     *) echo "unknown step $s"; exit 2 ;;

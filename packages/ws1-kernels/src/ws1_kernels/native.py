@@ -83,10 +83,39 @@ def rope(x: torch.Tensor, theta: float, ctx: LayoutContext) -> torch.Tensor:
     return _launched("ws1.native.rope", (xf * cos + rot * sin).to(_BF))
 
 
+def _sdpa_call(
+    q: torch.Tensor, k: torch.Tensor, v_: torch.Tensor, first_position: int, scale: float
+) -> torch.Tensor:
+    """One sample's attention through SDPA, the way transformers' SDPA path calls it.
+
+    ``q`` [n, H, D] holds positions ``first_position ..`` of a sample whose keys ``k``/``v_`` [L, Hkv, D] start at
+    position 0.  A block that sees exactly its own keys gets SDPA's causal flag and no mask, a single query that
+    sees every key gets neither, and only a chunk that attends an earlier key prefix gets an explicit mask.  This
+    is what a stock model does, and it lets SDPA pick its fused kernels: an explicit mask on every call, decode
+    steps included, forced the slower masked kernels and turned the decode layout into a thousand masked calls.
+    """
+    n, length = q.shape[0], k.shape[0]
+    group = q.shape[1] // k.shape[1]
+    # keys and values repeated per query head (transformers' repeat_kv): `enable_gqa` with an explicit mask has
+    # no fused CUDA kernel
+    qq = q.transpose(0, 1)[None]
+    kk = k.repeat_interleave(group, dim=1).transpose(0, 1)[None]
+    vv = v_.repeat_interleave(group, dim=1).transpose(0, 1)[None]
+    if first_position == 0 and n == length:
+        o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True, scale=scale)
+    elif n == 1 and first_position == length - 1:
+        o = F.scaled_dot_product_attention(qq, kk, vv, scale=scale)
+    else:
+        qpos = torch.arange(first_position, first_position + n, device=q.device)
+        mask = torch.arange(length, device=q.device)[None, :] <= qpos[:, None]
+        o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, scale=scale)
+    return o[0].transpose(0, 1)
+
+
 def attention(
     q: torch.Tensor, k: torch.Tensor, v_: torch.Tensor, scale: float, ctx: LayoutContext
 ) -> torch.Tensor:
-    """``F.scaled_dot_product_attention`` per sample (GQA, causal mask offset by the prefix length)."""
+    """``F.scaled_dot_product_attention`` per sample (GQA by repeated keys, causal from the prefix length)."""
     scale = check_attention("native_torch.attention", q, k, v_, scale, ctx, _BF)
     outs, index = [], []
     for seg in ctx.segments:
@@ -94,19 +123,7 @@ def attention(
         pre = ctx.kv_prefix.get(seg.sample_id)
         if pre is not None:
             kk, vv = torch.cat([pre[0], kk]), torch.cat([pre[1], vv])
-        qpos = torch.arange(seg.first_position, seg.first_position + seg.length, device=q.device)
-        mask = torch.arange(kk.shape[0], device=q.device)[None, :] <= qpos[:, None]
-        # keys and values repeated per query head, as transformers' SDPA path does when a mask is given:
-        # `enable_gqa` with an explicit mask has no fused CUDA kernel and took 55 ms a call on the H200
-        group = q.shape[1] // kk.shape[1]
-        o = F.scaled_dot_product_attention(
-            q[seg.start : seg.end].transpose(0, 1)[None],
-            kk.repeat_interleave(group, dim=1).transpose(0, 1)[None],
-            vv.repeat_interleave(group, dim=1).transpose(0, 1)[None],
-            attn_mask=mask,
-            scale=scale,
-        )
-        outs.append(o[0].transpose(0, 1))
+        outs.append(_sdpa_call(q[seg.start : seg.end], kk, vv, seg.first_position, scale))
         index.append(torch.arange(seg.start, seg.end, device=q.device))
     out = torch.zeros_like(q)
     if outs:
