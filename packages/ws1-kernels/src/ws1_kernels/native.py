@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import _validate as v
 from .context import LayoutContext
@@ -19,6 +20,17 @@ from .portable.logprob import check_targets
 from .portable.pointwise import check_rope, rope_tables
 
 _BF = torch.bfloat16
+# SDPA's fused kernels in the order torch preferred them before it ranked cuDNN first on Hopper: the flash kernel
+# for causal and unmasked calls (the kernel most training stacks run), memory-efficient attention for masked ones.
+# Measured on the H200 (torch 2.11, cuDNN 9.19, ci/sdpa_probe.py): the default choice, cuDNN, builds a plan for
+# every new key length at 40-60 ms each, so a decode sweep of about a thousand steps spent over a minute building
+# plans. Which kernel ran is recorded: the dispatch watch lists the SDPA op of the canonical layout.
+_SDPA_ORDER = [
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+    SDPBackend.CUDNN_ATTENTION,
+    SDPBackend.MATH,
+]
 
 
 def _launched(kernel: str, out: torch.Tensor) -> torch.Tensor:
@@ -91,8 +103,8 @@ def _sdpa_call(
     ``q`` [n, H, D] holds positions ``first_position ..`` of a sample whose keys ``k``/``v_`` [L, Hkv, D] start at
     position 0.  A block that sees exactly its own keys gets SDPA's causal flag and no mask, a single query that
     sees every key gets neither, and only a chunk that attends an earlier key prefix gets an explicit mask.  This
-    is what a stock model does, and it lets SDPA pick its fused kernels: an explicit mask on every call, decode
-    steps included, forced the slower masked kernels and turned the decode layout into a thousand masked calls.
+    is what a stock model does, and it leaves SDPA free to use its unmasked fused kernels (flash) for all but
+    the chunked calls.
     """
     n, length = q.shape[0], k.shape[0]
     group = q.shape[1] // k.shape[1]
@@ -101,14 +113,15 @@ def _sdpa_call(
     qq = q.transpose(0, 1)[None]
     kk = k.repeat_interleave(group, dim=1).transpose(0, 1)[None]
     vv = v_.repeat_interleave(group, dim=1).transpose(0, 1)[None]
-    if first_position == 0 and n == length:
-        o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True, scale=scale)
-    elif n == 1 and first_position == length - 1:
-        o = F.scaled_dot_product_attention(qq, kk, vv, scale=scale)
-    else:
-        qpos = torch.arange(first_position, first_position + n, device=q.device)
-        mask = torch.arange(length, device=q.device)[None, :] <= qpos[:, None]
-        o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, scale=scale)
+    with sdpa_kernel(_SDPA_ORDER, set_priority=True):
+        if first_position == 0 and n == length:
+            o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True, scale=scale)
+        elif n == 1 and first_position == length - 1:
+            o = F.scaled_dot_product_attention(qq, kk, vv, scale=scale)
+        else:
+            qpos = torch.arange(first_position, first_position + n, device=q.device)
+            mask = torch.arange(length, device=q.device)[None, :] <= qpos[:, None]
+            o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, scale=scale)
     return o[0].transpose(0, 1)
 
 
