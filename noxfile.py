@@ -80,10 +80,33 @@ def _install_packages(session: nox.Session, dists: list[str]) -> None:
         session.install(*args)
 
 
+def evidence_base() -> Path:
+    """Where every session writes evidence: `$WS1_OUT` if set, else `<system temp dir>/ws1-evidence`."""
+    return Path(os.environ.get("WS1_OUT") or Path(tempfile.gettempdir()) / "ws1-evidence")
+
+
+def evidence_dir_problem(out: Path) -> str | None:
+    """Why `out` cannot hold evidence (a file on the way, /proc, no permission), or None once it exists.
+
+    `WS1_OUT=/proc/x` or a file once ended the gate session in a traceback.
+    """
+    for probe in (out, *out.parents):
+        if probe.exists() and not probe.is_dir():
+            return f"{probe} is a file, not a directory"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create {out} ({exc.strerror or type(exc).__name__})"
+    if not os.access(out, os.W_OK | os.X_OK):
+        return f"{out} is not writable"
+    return None
+
+
 def _evidence_dir(session: nox.Session, name: str) -> Path:
-    base = Path(os.environ.get("WS1_OUT") or Path(tempfile.gettempdir()) / "ws1-evidence")
-    out = base / name
-    out.mkdir(parents=True, exist_ok=True)
+    out = evidence_base() / name
+    problem = evidence_dir_problem(out)
+    if problem is not None:
+        session.error(f"evidence directory (WS1_OUT={os.environ.get('WS1_OUT', '')!r}): {problem}")
     session.log(f"evidence -> {out}")
     return out
 
@@ -224,6 +247,31 @@ def _gpu_args(session: nox.Session) -> tuple[list[str], list[str], bool]:
     return profiles or list(GPU_PROFILES), tiers or list(GPU_TIERS), run_tests
 
 
+# Exit 3: torch is not importable; exit 4: torch sees no CUDA device; else prints "major.minor".
+GPU_PROBE = (
+    "import importlib.util, sys\n"
+    "if importlib.util.find_spec('torch') is None: sys.exit(3)\n"
+    "import torch\n"
+    "if not torch.cuda.is_available(): sys.exit(4)\n"
+    "p = torch.cuda.get_device_capability(); print(f'{p[0]}.{p[1]}')\n"
+)
+
+
+def gpu_probe_problem(name: str, code: int) -> str | None:
+    """Why a GPU session cannot run, from the probe's exit code: a missing torch is named as such (it once
+    read "no CUDA device visible")."""
+    if code == 0:
+        return None
+    if code == 3:
+        return (
+            f"{name}: torch is not installed for {sys.executable} (GPU sessions run with --no-venv on the "
+            "machine's own CUDA torch): install torch there, or run nox from the environment that has it"
+        )
+    if code == 4:
+        return f"{name}: no CUDA device visible: refusing to run (a GPU session never passes without one)"
+    return f"{name}: probing torch and the GPU failed (exit {code}): run {sys.executable} -c 'import torch'"
+
+
 def _gpu_session(session: nox.Session, name: str) -> None:
     """Assert the arch, run the GPU tests, sweep each profile in its own process, gate every ws1 profile.
 
@@ -236,15 +284,11 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     import subprocess
 
     want = GPU_ARCH[name]
-    probe = "import torch; p = torch.cuda.get_device_capability(); print(f'{p[0]}.{p[1]}')"
-    try:
-        have = subprocess.run(
-            [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except subprocess.CalledProcessError:
-        session.error(
-            f"{name}: no CUDA device visible: refusing to run (a GPU session never passes without one)"
-        )
+    probe = subprocess.run([sys.executable, "-c", GPU_PROBE], capture_output=True, text=True, check=False)
+    problem = gpu_probe_problem(name, probe.returncode)
+    if problem is not None:
+        session.error(problem)
+    have = probe.stdout.strip()
     env = {"WS1_REQUIRE_GPU": "1"}
     if have != want:
         if name == "gpu_sm86" and have == "9.0":
@@ -280,7 +324,8 @@ def _gpu_session(session: nox.Session, name: str) -> None:
         session.run("ws1", "report", str(evidence[0]), "--out", str(pdir), external=True)
         codes = [0] if gated else [0, 1]
         try:
-            session.run("ws1", "gate", str(evidence[0]), success_codes=codes, external=True)
+            full = ["--full"] if gated and set(tiers) >= set(GPU_TIERS) else []  # a --tier subset is reduced
+            session.run("ws1", "gate", *full, str(evidence[0]), success_codes=codes, external=True)
         except nox.command.CommandFailed:
             failures.append(f"gate {profile}")
     if failures:
@@ -315,11 +360,29 @@ def bench(session: nox.Session) -> None:
         session.run("ws1", "bench", *args, "--out", str(out), "--force", external=True)
 
 
+def shard_args_problem(args: list[str]) -> str | None:
+    """Why the gate session's arguments cannot be shard files (missing, a folder, not .json), or None."""
+    for arg in args:
+        path = Path(arg)
+        if arg.startswith("-"):
+            return f"{arg}: options go to ws1 gate through the session, name only shard files here"
+        if not path.exists():
+            return f"{arg}: no such file"
+        if not path.is_file():
+            return f"{arg}: not a file"
+        if not arg.endswith(".json"):
+            return f"{arg}: a shard is a finalised evidence .json file"
+    return None
+
+
 @nox.session(default=False)
 def gate(session: nox.Session) -> None:
     """Merge the shards named in the arguments and gate the result (`nox -s gate -- a.json b.json`)."""
     if not session.posargs:
         session.error("gate: name the shard files: nox -s gate -- SHARD.json ...")
+    problem = shard_args_problem(session.posargs)  # before minutes of installing torch
+    if problem is not None:
+        session.error(f"gate: {problem}")
     if session.venv_backend != "none":
         session.install("jsonschema", "pyyaml", CPU_TORCH, "matplotlib")
     _install_packages(session, ["ws1-harness"])
@@ -327,7 +390,7 @@ def gate(session: nox.Session) -> None:
     merged = out / "merged.json"
     session.run("ws1", "merge", *session.posargs, "--out", str(merged), external=True)
     session.run("ws1", "report", str(merged), "--out", str(out), external=True)
-    session.run("ws1", "gate", str(merged), external=True)
+    session.run("ws1", "gate", "--full", str(merged), external=True)  # every operator, tier, full widths
 
 
 if __name__ == "__main__":  # pragma: no cover - nox is the entry point

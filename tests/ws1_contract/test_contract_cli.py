@@ -1,7 +1,13 @@
-"""`ws1-contract` / `python -m ws1_contract`: exit 0 with output, or exit 2 with exactly one stderr line."""
+"""`ws1-contract` / `python -m ws1_contract`: exit 0 with output, or exit 2 with exactly one stderr line.
+
+One real subprocess per command (validate, resolve, fingerprint) proves the entry points; every bad-input case
+calls `main(argv)` in this process, which is the same code without the interpreter start-up.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import subprocess
@@ -12,6 +18,7 @@ from typing import Any
 import pytest
 
 from ws1_contract import load_contract
+from ws1_contract.cli import main
 
 
 def _run(*args: str, console_script: bool = False) -> subprocess.CompletedProcess[str]:
@@ -23,6 +30,17 @@ def _run(*args: str, console_script: bool = False) -> subprocess.CompletedProces
     else:
         cmd = [sys.executable, "-m", "ws1_contract", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+
+
+def _main(*args: str) -> subprocess.CompletedProcess[str]:
+    """`ws1-contract ARGS` in this process: exit code and both streams, as a subprocess would report them."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # --help: argparse exits by itself, as it does in the real command
+            code = exc.code if isinstance(exc.code, int) else 0
+    return subprocess.CompletedProcess(["ws1-contract", *args], code, out.getvalue(), err.getvalue())
 
 
 def _assert_bad_input(result: subprocess.CompletedProcess[str], fragment: str) -> None:
@@ -45,7 +63,7 @@ def test_validate_shipped(console_script: bool) -> None:
 def test_validate_and_fingerprint_a_file(tmp_path: Path, doc: dict[str, Any]) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
-    assert _run("validate", str(path)).returncode == 0
+    assert _main("validate", str(path)).returncode == 0
     result = _run("fingerprint", str(path))
     assert result.returncode == 0
     assert result.stdout.strip() == load_contract(path).fingerprint == load_contract().fingerprint
@@ -87,7 +105,7 @@ def test_resolve_with_explicit_contract(tmp_path: Path, doc: dict[str, Any]) -> 
         "--contract",
         str(path),
     )
-    result = _run(*args)
+    result = _main(*args)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["atol"] == 0.25
 
@@ -129,22 +147,34 @@ RESOLVE = ("resolve", "--judgment", "forward_accuracy", "--op-class", "gemm")
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: tuple[str, ...], fragment: str) -> None:
-    _assert_bad_input(_run(*args), fragment)
+    _assert_bad_input(_main(*args), fragment)
 
 
 def test_bad_files_exit_2_with_one_line(tmp_path: Path, doc: dict[str, Any]) -> None:
-    _assert_bad_input(_run("validate", _write(tmp_path, '{"a": ')), "invalid JSON")
-    _assert_bad_input(_run("validate", str(tmp_path)), "is a directory")
+    _assert_bad_input(_main("validate", _write(tmp_path, '{"a": ')), "invalid JSON")
+    _assert_bad_input(_main("validate", str(tmp_path)), "is a directory")
     doc["judgments"]["forward_invariance"]["gemm"]["bf16"]["atol"] = 1e-3
     _assert_bad_input(
-        _run("validate", _write(tmp_path, json.dumps(doc))),
+        _main("validate", _write(tmp_path, json.dumps(doc))),
         "$.judgments.forward_invariance.gemm.bf16.atol: a bitwise cell has atol = rtol = 0",
     )
     doc["judgments"]["forward_invariance"]["gemm"]["bf16"]["atol"] = 0.0
     doc["chain"]["bogus"] = {"x": "\n".join(["multi", "line"])}
     _assert_bad_input(
-        _run("fingerprint", _write(tmp_path, json.dumps(doc))), "$.chain: Additional properties"
+        _main("fingerprint", _write(tmp_path, json.dumps(doc))), "$.chain: Additional properties"
     )
+
+
+@pytest.mark.parametrize("atol", [10**400, 1e308], ids=["integer-10^400", "1e308"])
+@pytest.mark.parametrize("command", ["validate", "resolve"])
+def test_threshold_out_of_range_is_refused_by_validate_and_resolve(
+    tmp_path: Path, doc: dict[str, Any], atol: float, command: str
+) -> None:
+    """Once a traceback in `resolve` (an integer atol of 10^400 overflowed float()) and accepted by `validate`."""
+    doc["judgments"]["forward_accuracy"]["gemm"]["bf16"]["atol"] = atol
+    path = _write(tmp_path, json.dumps(doc))
+    args = ("validate", path) if command == "validate" else (*RESOLVE, "--dtype", "bf16", "--contract", path)
+    _assert_bad_input(_main(*args), "$.judgments.forward_accuracy.gemm.bf16.atol: atol is ")
 
 
 def test_resolve_not_applicable_reports_reason(tmp_path: Path, doc: dict[str, Any]) -> None:
@@ -167,9 +197,9 @@ def test_resolve_not_applicable_reports_reason(tmp_path: Path, doc: dict[str, An
         "--contract",
         path,
     )
-    _assert_bad_input(_run(*args), "cell is not_applicable: layout_only")
+    _assert_bad_input(_main(*args), "cell is not_applicable: layout_only")
 
 
 def test_help_exits_0() -> None:
-    result = _run("--help")
+    result = _main("--help")
     assert result.returncode == 0 and "validate" in result.stdout

@@ -251,6 +251,27 @@ CASES = [
     ),
     # thresholds and calibration
     Case(
+        "atol_1e308",
+        "threshold_range",
+        _cell("forward_accuracy", "gemm", "bf16", atol=1e308),
+        "outside the range [0, 1.0] a threshold may take",
+        f"{J}.forward_accuracy.gemm.bf16.atol",
+    ),
+    Case(
+        "atol_integer_10_400",
+        "threshold_range",
+        _cell("gradient_accuracy", "logprob", "bf16", atol=10**400),
+        "an integer of about 401 digits, outside the range",
+        f"{J}.gradient_accuracy.logprob.bf16.atol",
+    ),
+    Case(
+        "chain_threshold_above_range",
+        "threshold_range",
+        _set("chain", "thresholds", "bf16", "max_abs_dlogp", value=2.0),
+        "max_abs_dlogp is 2.0, outside the range",
+        "$.chain.thresholds.bf16.max_abs_dlogp",
+    ),
+    Case(
         "negative_atol",
         "minimum",
         _cell("forward_accuracy", "gemm", "bf16", atol=-1e-3),

@@ -1,7 +1,9 @@
 """Synthetic evidence for the harness tests, built through the real EvidenceWriter (never hand-written JSON).
 
-The axes and operator specs are small and synthetic; every expected count in the tests is derived from them
-through ws1_harness.cells.expected_cells, never hard-coded.
+The axes are small; every expected count in the tests is derived from them through
+ws1_harness.cells.expected_cells, never hard-coded. The evidence names the shipped contract and manifest (the
+gate refuses any other), its operator specs are the manifest's, and each green cell carries the passing checks
+the gate re-judges it from: one per manifest layout its judgment compares, with the contract's thresholds.
 """
 
 from __future__ import annotations
@@ -13,19 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from ws1_harness.cells import Cell, CellKey, ExpectedCell, expected_cells
+from ws1_harness.cells import Cell, CellKey, ExpectedCell, LayoutResult, check_record, expected_cells
 from ws1_harness.evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef
 from ws1_harness.inventory import DIRECT_ITEMS
+from ws1_harness.rejudge import shipped_reference
 
 JUDGMENTS = ("forward_accuracy", "forward_invariance", "gradient_accuracy", "gradient_invariance")
 
-# One operator of each kind the expected set distinguishes.
+# Operators of each kind the manifest distinguishes (required, optional, layout-only), with its own specs.
 OPERATOR_SPECS = {
-    "rms_norm": {"op_class": "reduction", "differentiable": True, "optional": False, "layout_only": False},
-    "det_gemm": {"op_class": "gemm", "differentiable": True, "optional": False, "layout_only": False},
-    "argmax": {"op_class": "reduction", "differentiable": False, "optional": False, "layout_only": False},
-    "linear_logp": {"op_class": "logprob", "differentiable": True, "optional": True, "layout_only": False},
-    "pack": {"op_class": None, "differentiable": False, "optional": False, "layout_only": True},
+    name: shipped_reference().manifest.operators[name].to_json()
+    for name in ("rms_norm", "det_gemm", "linear_logp", "pack")
 }
 
 
@@ -53,8 +53,9 @@ class Synth:
     operators: tuple[str, ...] = tuple(OPERATOR_SPECS)
     tiers: tuple[str, ...] = ("short", "primary")
     judgments: tuple[str, ...] = JUDGMENTS
-    workload: str = "synthetic.r1"
-    contract: str = "contract-a"
+    # None: the shipped manifest and contract; a string: a made-up one of that name (the gate refuses it)
+    workload: str | None = None
+    contract: str | None = None
     shard: str | None = None
     overrides: dict[CellKey, tuple[str, str | None] | None] = field(default_factory=dict)
     only: Iterable[CellKey] | None = None
@@ -68,15 +69,42 @@ class Synth:
         return expected_cells(self.profiles, self.operators, self.tiers, self.judgments, OPERATOR_SPECS)
 
 
+def passing_layouts(key: CellKey) -> tuple[LayoutResult, ...]:
+    """What a green cell records: a passing check per tensor on every layout the manifest makes its judgment
+    compare, in the mode and with the thresholds the shipped contract gives it."""
+    ref = shipped_reference()
+    op_class = OPERATOR_SPECS[key.operator]["op_class"]
+    if op_class is None:
+        return ()  # a layout-only operator: nothing to compare (a green one is red at the gate)
+    mode, atol, rtol = ref.rule(key.judgment, op_class)
+    tensors = ("output",) if key.judgment.startswith("forward") else ("d_x", "d_weight")
+    compared = ref.manifest.compared_layouts(key.judgment)
+    figures = {"n_total": 64, "n_mismatch": 0, "n_non_finite_mismatch": 0, "atol": atol, "rtol": rtol}
+    comparison = {"passed": True, "reason_code": None, "diagnostics": figures}
+    return tuple(
+        LayoutResult(lay.name, True, None, {}, tuple(check_record(t, mode, comparison) for t in tensors))
+        for lay in ref.manifest.layouts
+        if lay.name in compared
+    )
+
+
 def write_synth(
     path: Path, synth: Synth, *, finalise: bool = True
 ) -> tuple[EvidenceWriter, dict[CellKey, ExpectedCell]]:
     """Run a fake matrix through EvidenceWriter. `overrides[key] = None` leaves that cell out."""
-    header = EvidenceHeader(
-        workload=WorkloadRef(
+    ref = shipped_reference()
+    if synth.workload is None:
+        man = ref.manifest
+        workload = WorkloadRef(man.workload_id, man.fingerprint, man.revision)
+    else:
+        workload = WorkloadRef(
             synth.workload, fingerprint(synth.workload), int(synth.workload.rsplit(".r", 1)[1])
+        )
+    header = EvidenceHeader(
+        workload=workload,
+        contract_fingerprint=(
+            ref.contract.fingerprint if synth.contract is None else fingerprint(synth.contract)
         ),
-        contract_fingerprint=fingerprint(synth.contract),
         command="ws1 matrix --profile synthetic",
         axes=synth.axes(),
         shard=synth.shard,
@@ -99,6 +127,7 @@ def write_synth(
                 diagnostics={"note": "synthetic"},
                 observed_kernels=("ws1.synthetic.kernel",) if status == "green" else (),
                 wall_s=0.01,
+                layouts=passing_layouts(key) if status == "green" else (),
                 device=SYNTH_DEVICE,
             )
         )
@@ -146,6 +175,16 @@ class Factory:
     def fingerprint(text: str) -> str:
         return fingerprint(text)
 
+    @staticmethod
+    def redigest(doc: dict) -> dict:
+        """Recompute every cells digest of an edited document, as a forger covering an edit would."""
+        from ws1_harness.evidence import cells_digest, shard_cells
+
+        doc["cells_digest"] = cells_digest(doc["cells"])
+        for i, entry in enumerate(doc["shards"]):
+            entry["cells_digest"] = cells_digest(shard_cells(doc["cells"], i))
+        return doc
+
 
 @pytest.fixture
 def factory(evidence_dir: Path) -> Factory:
@@ -168,3 +207,41 @@ def forward_spec(contract):
 @pytest.fixture(scope="session")
 def bitwise_spec(contract):
     return contract.resolve("forward_invariance", "elementwise", "bf16")
+
+
+REAL_COMMIT = "a" * 40
+
+
+@pytest.fixture(scope="session")
+def real_evidence(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real finalised evidence file, written once per session by `ws1 matrix` in this process: portable_cpu,
+    tiny widths, rms_norm and det_gemm, default tiers (16 green cells), from a clean tree at REAL_COMMIT."""
+    import os
+
+    from ws1_harness import cli
+
+    out = tmp_path_factory.mktemp("real_evidence")
+    saved = {k: os.environ.get(k) for k in ("WS1_SOURCE_COMMIT", "WS1_SOURCE_DIRTY")}
+    os.environ.update(WS1_SOURCE_COMMIT=REAL_COMMIT, WS1_SOURCE_DIRTY="0")
+    try:
+        argv = [
+            "matrix",
+            "--profile",
+            "portable_cpu",
+            "--model",
+            "tiny",
+            "--op",
+            "rms_norm",
+            "--op",
+            "det_gemm",
+        ]
+        code = cli.main([*argv, "--in-process", "--out", str(out)])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    path = out / "portable_cpu.json"
+    assert code == 0 and path.is_file(), code
+    return path

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ws1_harness.evidence import cells_digest
 from ws1_harness.gate import EXIT_BAD_INPUT, EXIT_PASS, device_contradictions, gate
 
 CUDA_SM90 = {"type": "cuda", "name": "NVIDIA H200", "capability": "sm_90"}
@@ -51,6 +52,7 @@ def test_gpu_cells_under_host_provenance_are_refused(factory) -> None:
     _relabel(doc, doc["axes"]["profiles"][0] + "@sm90")
     for c in doc["cells"]:
         c["device"] = dict(CUDA_SM90)
+    doc["cells_digest"] = cells_digest(doc["cells"])  # as a consistent writer would record it
     result = gate(doc, source="edited")
     assert result.exit_code == EXIT_BAD_INPUT
     assert "ran on cuda but the shard's provenance names cpu" in result.lines[0]

@@ -14,7 +14,6 @@ from ws1_harness.evidence import (
     EvidenceError,
     EvidenceWriter,
     counts_of,
-    default_evidence_dir,
     load_evidence,
     partial_path_for,
     read_evidence,
@@ -122,13 +121,6 @@ def test_reader_rejects_inconsistent_files(factory, mutation, message: str) -> N
     _edit(writer.path, mutation)
     with pytest.raises(EvidenceError, match=message):
         load_evidence(writer.path)
-
-
-def test_default_directory_is_outside_the_checkout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("WS1_EVIDENCE_DIR", raising=False)
-    assert default_evidence_dir() == Path.home() / ".cache" / "ws1" / "evidence"
-    monkeypatch.setenv("WS1_EVIDENCE_DIR", str(tmp_path / "ev"))
-    assert default_evidence_dir() == tmp_path / "ev"
 
 
 def test_refuses_to_write_inside_a_checkout(factory, tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
-"""`ws1 matrix` end to end: a plug-in profile with one broken operator turns exactly its cells red, a hung
-candidate becomes a red `timeout` cell while the sweep goes on, and bad input is one line with exit 2.
+"""`ws1 matrix` end to end at the `tiny` widths: a plug-in profile with one broken operator turns exactly its
+cells red, a hung candidate becomes a red `timeout` cell while the sweep goes on, shards merge to the full set.
 
-These run the real command line in a subprocess (worker processes and all) at the `tiny` widths.
+The plug-in test runs the real command line in a subprocess (the one subprocess test of `ws1 matrix`); the others
+call `cli.main` in this process (the hung candidate still runs in a real worker process that is killed). Bad
+input is tested in-process in test_harness_cli_errors.py.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from ws1_harness import cli
 
 HERE = Path(__file__).resolve().parent
 
@@ -27,6 +29,10 @@ def ws1(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=600,
     )
+
+
+def ws1_in_process(*args: str) -> int:
+    return cli.main(list(args))
 
 
 def cells_of(path: Path) -> dict[tuple[str, str, str], tuple[str, str | None]]:
@@ -85,31 +91,11 @@ def test_hung_candidate_is_red_timeout_and_the_sweep_continues(tmp_path: Path) -
         "--out",
         str(tmp_path),
     ]
-    proc = ws1(*args, cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr
+    assert ws1_in_process(*args) == 1
     cells = cells_of(tmp_path / "hang_silu.json")
     for judgment in ("forward_accuracy", "forward_invariance", "gradient_accuracy", "gradient_invariance"):
         assert cells[("silu", "short@tiny", judgment)] == ("red", "timeout")
         assert cells[("rms_norm", "short@tiny", judgment)] == ("green", None)
-
-
-@pytest.mark.parametrize(
-    ("args", "fragment"),
-    [
-        (["--profile", "no_such_profile"], "unknown profile"),
-        (["--profile", "portable_cpu", "--op", "no_such_op"], "unknown operator"),
-        (["--profile", "portable_cpu", "--tier", "no_such_tier"], "unknown tier"),
-        (["--profile", "portable_cpu", "--model", "no_such_model"], "unknown model"),
-        (["--profile", "portable_cpu", "--candidates", "no_such_module:X"], "--candidates"),
-        (["--profile", "portable_cpu", "--shard", "3/2"], "shard"),
-    ],
-)
-def test_bad_matrix_input_is_one_line_exit_2(tmp_path: Path, args: list[str], fragment: str) -> None:
-    proc = ws1("matrix", *args, "--out", str(tmp_path), cwd=tmp_path)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and fragment in lines[0], proc.stderr
-    assert "Traceback" not in proc.stderr
 
 
 def test_shards_merge_to_the_full_cell_set_and_gate_green(tmp_path: Path) -> None:
@@ -128,13 +114,13 @@ def test_shards_merge_to_the_full_cell_set_and_gate_green(tmp_path: Path) -> Non
         "pack",
         "--out",
         str(tmp_path),
+        "--in-process",
     ]
     for i in range(2):
-        proc = ws1("matrix", *base, "--shard", f"{i}/2", cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr
+        assert ws1_in_process("matrix", *base, "--shard", f"{i}/2") == 0
     shards = sorted(str(p) for p in tmp_path.glob("portable_cpu.shard-*.json"))
     assert len(shards) == 2
     merged = tmp_path / "merged.json"
-    assert ws1("merge", *shards, "--out", str(merged), cwd=tmp_path).returncode == 0
-    assert ws1("gate", str(merged), cwd=tmp_path).returncode == 0
-    assert ws1("gate", shards[0], cwd=tmp_path).returncode == 1  # one shard alone lacks cells: red
+    assert ws1_in_process("merge", *shards, "--out", str(merged)) == 0
+    assert ws1_in_process("gate", str(merged)) == 0
+    assert ws1_in_process("gate", shards[0]) == 1  # one shard alone lacks cells: red

@@ -16,7 +16,7 @@ def test_report_beside_the_json(factory) -> None:
     md, png = write_report(writer.path)
     assert md.parent == writer.path.parent and png.parent == writer.path.parent
     text = md.read_text()
-    assert "RED (exit 1)" in text
+    assert "ws1 gate: RED" in text and "(exit 1)" in text
     matrix = text.split("## Matrix", 1)[1].split("\n## ", 1)[0]
     table = [line for line in matrix.splitlines() if line.startswith("| ")]
     assert len(table) == 1 + len(synth.profiles) * len(synth.operators)  # header + one row per (profile, op)
@@ -76,3 +76,108 @@ def test_report_lists_where_bits_differ() -> None:
     ]
     cell["layouts"][1]["passed"] = True
     assert mismatches({"cells": [cell]}) == []
+
+
+def _error_synth(factory):
+    synth = factory.Synth()
+    key = next(k for k, e in synth.expected().items() if e.required and e.na_reason is None)
+    return key, factory.Synth(overrides={key: ("error", "exception")})
+
+
+def test_report_never_prints_python_none(factory) -> None:
+    """A CPU run has no driver, no CUDA and no capability: the report once printed `None` for each."""
+    from ws1_harness.evidence import read_evidence
+    from ws1_harness.report import render_markdown
+
+    writer, _ = factory.write("none")
+    doc = read_evidence(writer.path)
+    doc["provenance"].update(driver=None, cuda=None, capability=None)  # what a CPU-only machine records
+    assert "None" not in render_markdown(doc, "none.json")
+
+
+def test_an_unknown_commit_is_said_plainly(factory, monkeypatch) -> None:
+    """The heatmap title once read `file @ unknown: RED`."""
+    from ws1_harness.evidence import read_evidence
+    from ws1_harness.report import heatmap_title, render_markdown
+
+    monkeypatch.setenv("WS1_SOURCE_COMMIT", "not-a-commit")  # an unusable claim: recorded as unknown
+    writer, _ = factory.write("unknown")
+    doc = read_evidence(writer.path)
+    assert doc["provenance"]["git_commit"] == "unknown"
+    title = heatmap_title(doc, "unknown.json", "RED")
+    assert (
+        "@ unknown" not in title
+        and title == "unknown.json: RED, commit unknown (not run from a git checkout)"
+    )
+    assert "commit unknown (the code did not run from a git checkout" in render_markdown(doc, "unknown.json")
+    monkeypatch.setenv("WS1_SOURCE_COMMIT", "a" * 40)  # the negative control: a known commit is named
+    monkeypatch.setenv("WS1_SOURCE_DIRTY", "0")
+    known, _ = factory.write("known")
+    assert heatmap_title(read_evidence(known.path), "k.json", "PASS") == f"k.json: PASS, commit {'a' * 12}"
+
+
+def test_an_error_cell_shows_the_candidate_message_and_location(factory) -> None:
+    """An error cell once showed only `error:exception`."""
+    from ws1_harness.evidence import cells_digest, read_evidence
+    from ws1_harness.gate import gate
+    from ws1_harness.report import render_markdown
+
+    key, synth = _error_synth(factory)
+    writer, _ = factory.write("err", synth)
+    doc = read_evidence(writer.path)
+    for cell in doc["cells"]:
+        if cell["operator"] == key.operator and cell["tier"] == key.tier and cell["judgment"] == key.judgment:
+            cell["diagnostics"] = {"why": "ValueError: bad | shape", "at": "my_kernel.py:42"}
+    doc["cells_digest"] = cells_digest(doc["cells"])  # what the run would have written with that message
+    text = render_markdown(doc, "err.json")
+    errors = text.split("## Errors", 1)[1].split("\n## ", 1)[0]
+    assert "ValueError: bad \\| shape" in errors and "`my_kernel.py:42`" in errors
+    gate_text = "\n".join(gate(doc).lines)
+    assert "ValueError: bad | shape (at my_kernel.py:42)" in gate_text
+
+
+def test_a_merged_report_names_its_shards(factory, tmp_path) -> None:
+    from ws1_harness.merge import merge
+    from ws1_harness.report import render_markdown
+
+    keys = list(factory.Synth().expected())
+    a, _ = factory.write("shard_a", factory.Synth(only=keys[:5]))
+    b, _ = factory.write("shard_b", factory.Synth(only=keys[5:]))
+    text = render_markdown(merge([a.path, b.path]), "all.json")
+    shards = text.split("## Shards", 1)[1]
+    assert "| 0 | shard_a.json |" in shards and "| 1 | shard_b.json |" in shards
+    single, _ = factory.write("single")  # the negative control: a single run has no shard list
+    from ws1_harness.evidence import read_evidence
+
+    assert "## Shards" not in render_markdown(read_evidence(single.path), "single.json")
+
+
+def test_heatmap_has_a_glyph_per_cell_counts_in_the_legend_and_outlined_gaps(factory, recwarn) -> None:
+    """Red and green once differed only by hue, and missing cells were white on white."""
+    from matplotlib.patches import Rectangle
+
+    from ws1_harness.evidence import read_evidence
+    from ws1_harness.report import ORDER, PLOT_GLYPH, heatmap_figure, status_counts
+
+    synth = factory.Synth()
+    expected = synth.expected()
+    open_keys = [k for k, e in expected.items() if e.required and e.na_reason is None]
+    writer, _ = factory.write(
+        "heat", factory.Synth(overrides={open_keys[0]: None, open_keys[1]: ("red", "bits_differ")})
+    )
+    doc = read_evidence(writer.path)
+    counts = status_counts(doc)
+    assert counts["missing"] == 1 and counts["red"] == 1 and sum(counts.values()) == len(expected)
+    fig = heatmap_figure(doc, "t")
+    axis = fig.axes[0]
+    glyphs = [t.get_text() for t in axis.texts]
+    assert len(glyphs) == len(expected)  # one glyph in every cell
+    assert glyphs.count(PLOT_GLYPH["red"]) == 1 and glyphs.count(PLOT_GLYPH["missing"]) == 1
+    assert len(set(PLOT_GLYPH.values())) == len(ORDER)  # the glyph alone tells every status apart
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == [f"{PLOT_GLYPH[s]} {s} ({counts[s]})" for s in ORDER]
+    hatched = [p for p in axis.patches if isinstance(p, Rectangle) and p.get_hatch()]
+    assert len(hatched) == counts["missing"]
+
+    fig.savefig(writer.path.parent / "heat.png")
+    assert not [w for w in recwarn if "Glyph" in str(w.message)]  # every glyph exists in the font

@@ -126,7 +126,7 @@ def _raises(path: Path, needle: str) -> str:
 
 
 def test_revision_mismatch_is_an_error(write_manifest):
-    _raises(write_manifest(lambda d: d.update(revision=2)), "embeds revision 1")
+    _raises(write_manifest(lambda d: d.update(revision=d["revision"] + 1)), "embeds revision")
 
 
 @pytest.mark.parametrize(
@@ -203,3 +203,35 @@ def test_unknown_names_raise(manifest):
 
 def test_source_manifest_is_plain_yaml(source_manifest):
     assert isinstance(yaml.safe_load(source_manifest.read_text()), dict)
+
+
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("hidden", 1e23, "must be an integer, found 1e+23"),
+        ("hidden", 10**23, "outside the range"),
+        ("vocab", 1 << 40, "outside the range"),
+        ("num_layers", 100_000, "outside the range"),
+        ("rms_eps", float("nan"), "must be a finite number, found nan"),
+        ("rope_theta", float("inf"), "must be a finite number, found inf"),
+        ("rms_eps", 0.5, "outside the range"),
+    ],
+    ids=["float-width", "huge-width", "huge-vocab", "huge-depth", "nan-eps", "inf-theta", "eps-too-big"],
+)
+def test_model_fields_are_bounded_and_name_file_and_field(write_manifest, field, value, needle):
+    """`hidden: 1e23` passed the schema (it counts an integral float as an integer) and `describe`, then crashed
+    weight generation; `.nan` / `.inf` gave a message naming neither file nor field."""
+    path = write_manifest(lambda d: d["models"]["tiny"].update({field: value}))
+    with pytest.raises(WorkloadError) as info:
+        load_manifest(path)
+    assert str(info.value).startswith(f"{path}: $.models.tiny.{field}: "), str(info.value)
+    assert needle in str(info.value)
+
+
+def test_every_model_of_the_shipped_manifest_is_inside_the_bounds(manifest):
+    """The negative control of the bounds above: the real widths pass them."""
+    from ws1_workload.manifest import MODEL_BOUNDS
+
+    for cfg in manifest.models.values():
+        for field, (low, high) in MODEL_BOUNDS.items():
+            assert low <= getattr(cfg, field) <= high, (cfg.name, field)

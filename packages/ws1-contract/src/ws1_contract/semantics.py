@@ -106,6 +106,7 @@ class _Checker:
                     raise self.fail(f"an {status} cell needs {key!r}, found null", [*path, key])
                 if isinstance(value, float) and not math.isfinite(value):
                     raise self.fail(f"{key} must be a finite number, found {value!r}", [*path, key])
+                self.threshold_range(key, value, [*path, key])
             return True
         for key in keys:
             if cell[key] is not None:
@@ -115,6 +116,25 @@ class _Checker:
         if "calibration" in cell:
             raise self.fail(f"this {status} cell carries no calibration record", [*path, "calibration"])
         return False
+
+    def threshold_range(self, key: str, value: Any, path: list[str | int]) -> None:
+        """A threshold lies in [0, MAX_THRESHOLD]: larger ones judge nothing, and a huge integer (10**400, which
+        JSON allows) would overflow every float comparison the resolver and the comparators make."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return  # the schema names the wrong type
+        try:
+            as_float = float(value)
+        except OverflowError:
+            as_float = math.inf
+        if not 0 <= as_float <= v.MAX_THRESHOLD:
+            shown = repr(value)
+            if isinstance(value, int) and abs(value) >= 10**6:  # str() of a huge int is slow, then refused
+                shown = f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+            raise self.fail(
+                f"{key} is {shown}, outside the range [0, {v.MAX_THRESHOLD}] a threshold may take "
+                "(a larger one accepts any error)",
+                path,
+            )
 
     def cell(self, judgment: str, dtype: str, cell: Mapping[str, Any], path: list[str | int]) -> None:
         self.dtype_status(dtype, cell["status"], [*path, "status"])

@@ -44,6 +44,12 @@ AGGREGATES = tuple(AGGREGATE_FORMULAS)
 CLIP_LOW = 0.8
 CLIP_HIGH = 1.2
 
+# Every threshold (atol, rtol, chain aggregate) lies in [0, MAX_THRESHOLD]. An rtol of 1 already accepts an
+# error as large as the value itself and an atol of 1 a factor e on a logprob: a larger number judges nothing,
+# and a huge one (1e308, or an integer of 400 digits, which JSON allows) breaks the float arithmetic of the
+# resolver and the comparators.
+MAX_THRESHOLD = 1.0
+
 # A threshold may be marked `calibrated` only when measured on at least this many active tokens and seeds
 # (an earlier gate called thresholds "calibrated" after 27 tokens).
 MIN_CALIBRATION_TOKENS = 4096

@@ -93,14 +93,55 @@ class OperatorInfo:
         }
 
 
+CHECK_MODES: frozenset[str] = frozenset({"tolerance", "bitwise"})
+
+
+def check_record(tensor: str, mode: str, comparison: Mapping[str, Any]) -> dict[str, Any]:
+    """The verdict-bearing record of one comparison (a `Comparison.to_json()` dict) of one tensor.
+
+    The gate does not take a layout's `passed` on trust: it re-judges every check from these figures (mismatch
+    counts, the thresholds used) against the contract the evidence names. They are copied out of the
+    comparator's free-form diagnostics into a fixed shape so that the schema can type them.
+    """
+    if mode not in CHECK_MODES:
+        raise CellError(f"check {tensor}: mode must be tolerance or bitwise, got {mode!r}")
+    diag = comparison.get("diagnostics", {})
+
+    def number(name: str) -> Any:
+        value = diag.get(name)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    counts = {name: number(name) for name in ("n_total", "n_mismatch", "n_non_finite_mismatch")}
+    return {
+        "tensor": tensor,
+        "mode": mode,
+        "passed": bool(comparison["passed"]),
+        "reason_code": comparison.get("reason_code"),
+        "n_total": None if counts["n_total"] is None else int(counts["n_total"]),
+        "n_mismatch": None if counts["n_mismatch"] is None else int(counts["n_mismatch"]),
+        "n_non_finite_mismatch": (
+            None
+            if mode == "bitwise" or counts["n_non_finite_mismatch"] is None
+            else int(counts["n_non_finite_mismatch"])
+        ),
+        "atol": number("atol") if mode == "tolerance" else None,
+        "rtol": number("rtol") if mode == "tolerance" else None,
+    }
+
+
 @dataclass(frozen=True)
 class LayoutResult:
-    """The outcome of one judgment under one physical layout (e.g. forward_invariance under `padded_left`)."""
+    """The outcome of one judgment under one physical layout (e.g. forward_invariance under `padded_left`).
+
+    `checks` holds one `check_record` per compared tensor: what the gate re-judges `passed` from. Accuracy
+    judgments record one result for the canonical layout, invariance judgments one per compared layout.
+    """
 
     layout: str
     passed: bool
     reason_code: str | None = None
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
+    checks: tuple[Mapping[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,11 +149,18 @@ class LayoutResult:
             "passed": self.passed,
             "reason_code": self.reason_code,
             "diagnostics": json_safe(dict(self.diagnostics)),
+            "checks": [dict(c) for c in self.checks],
         }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> LayoutResult:
-        return cls(d["layout"], d["passed"], d.get("reason_code"), dict(d.get("diagnostics", {})))
+        return cls(
+            d["layout"],
+            d["passed"],
+            d.get("reason_code"),
+            dict(d.get("diagnostics", {})),
+            tuple(dict(c) for c in d.get("checks", ())),
+        )
 
 
 @dataclass(frozen=True)

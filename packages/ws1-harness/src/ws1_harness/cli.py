@@ -1,22 +1,31 @@
 """The `ws1` command line: matrix, merge, gate, report, bench.
 
-Exit codes follow the gate: 0 pass, 1 red, 2 bad input, 3 pending only. Earlier gates let expected failures
-surface as tracebacks (then string-matched them) and crashed on one unguarded dictionary read. Here bad input
-anywhere (unknown file, malformed or truncated JSON, disagreeing shards, bad arguments) exits 2 with exactly
-one line on stderr and never a traceback; any unexpected exception is also reported as one line with exit 2,
-so a crash can never read as a pass. A CI script once died under `set -e` before printing its red summary;
-the gate prints its whole summary before it exits non-zero.
+Exit codes follow the gate: 0 pass, 1 red, 2 bad input, 3 pending only, 130 interrupted (Ctrl-C). Earlier
+gates let expected failures surface as tracebacks (then string-matched them) and crashed on one unguarded
+dictionary read. Here bad input anywhere (unknown file, malformed or truncated JSON, disagreeing shards, bad
+arguments, an `--out` that cannot be written) exits 2 with exactly one line on stderr and never a traceback.
+Every bad-input error derives from one base per package (`HarnessError` here), and the CLI catches the bases,
+never class names. Any other exception is a bug in ws1: it is reported as one "internal error" line, exit 2,
+with a hint to rerun with `WS1_TRACEBACK=1` for the traceback, so a crash can never read as a pass. A CI
+script once died under `set -e` before printing its red summary; the gate prints its whole summary before it
+exits non-zero. A reader that closes the pipe (`ws1 gate FILE | head -2`) silences the output, nothing more.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
+import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
+from ws1_harness.console import EXIT_INTERRUPTED, emit, silence_stdout
 from ws1_harness.errors import HarnessError
 from ws1_harness.gate import EXIT_BAD_INPUT
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 
 
 class UsageError(HarnessError):
@@ -36,6 +45,52 @@ def _shard(value: str) -> tuple[int, int]:
     if n < 1 or not 0 <= i < n:
         raise argparse.ArgumentTypeError(f"shard must satisfy 0 <= i < n, got {value!r}")
     return i, n
+
+
+def out_dir(value: str, command: str, *, create: bool = True) -> Path:
+    """An `--out` directory that exists (created here unless `create` is false) and is writable, or one
+    UsageError line saying why not.
+
+    An empty value once wrote into the current folder, and a file (or a path under a file, or /proc) ended in
+    "internal error: FileExistsError".
+    """
+    where = f"ws1 {command}: --out {value!r}"
+    if not value.strip():
+        raise UsageError(f"ws1 {command}: --out is empty: name a directory outside the checkout")
+    path = Path(value)
+    for probe in (path, *path.parents):
+        if probe.exists() and not probe.is_dir():
+            what = "is a file" if probe == path else f"lies under {str(probe)!r}, which is a file"
+            raise UsageError(f"{where} {what}, not a directory")
+    if not create:
+        return path
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"{where}: cannot create the directory ({exc.strerror or type(exc).__name__})"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"{where}: the directory is not writable")
+    return path
+
+
+def out_file(value: str, command: str, inputs: Sequence[str] = ()) -> Path:
+    """An `--out` JSON file whose folder is usable and that is none of the `inputs` (never overwrite an input)."""
+    where = f"ws1 {command}: --out {value!r}"
+    if not value.strip():
+        raise UsageError(f"ws1 {command}: --out is empty: name a .json file outside the checkout")
+    if not value.endswith(".json"):
+        raise UsageError(f"{where}: must end in .json")
+    path = Path(value)
+    if path.is_dir():
+        raise UsageError(f"{where} is a directory, not a file")
+    out_dir(str(path.parent), command)
+    target = path.resolve()
+    for given in inputs:
+        if Path(given).resolve() == target:
+            raise UsageError(f"{where} is also an input ({given}): write the result to a new file")
+    return path
 
 
 def _positive(value: str) -> float:
@@ -60,13 +115,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the matrix (profile x operator x tier x judgment) for one profile into an evidence file",
     )
     m.add_argument("--profile", required=True)
-    m.add_argument("--tier", action="append", help="tier to run (repeatable; default: every tier)")
-    m.add_argument("--op", action="append", help="operator to run (repeatable; default: every operator)")
-    m.add_argument("--shard", type=_shard, help="run shard i of n of the cells (i/n, 0-based)")
-    m.add_argument("--out", required=True, help="output directory for the evidence")
-    m.add_argument("--candidates", help="module:attr of an extra candidate registry (tests, experiments)")
     m.add_argument(
-        "--cell-timeout", type=_positive, default=None, help="seconds per cell before it is red timeout"
+        "--tier",
+        action="append",
+        help="tier to run (repeatable; default: short and primary; add --tier long)",
+    )
+    m.add_argument("--op", action="append", help="operator to run (repeatable; default: every operator)")
+    m.add_argument("--shard", type=_shard, help="run every n-th unit starting at unit i (i/n, 0-based)")
+    m.add_argument(
+        "--out", required=True, help="directory for the evidence (outside the checkout, or git-ignored)"
+    )
+    m.add_argument("--candidates", help="module:attr of an extra candidate registry (tests, experiments)")
+    m.add_argument("--allow-in-checkout", action="store_true", help="allow writing inside the git checkout")
+    m.add_argument(
+        "--cell-timeout",
+        type=_positive,
+        default=None,
+        help="seconds one unit (an operator on one tier, its four judgments) may run before its cells are red "
+        "timeout (default 900)",
     )
     m.add_argument(
         "--model",
@@ -97,10 +163,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--expect-commit", help="red unless the evidence comes from this commit")
     t.add_argument("--require-clean", action="store_true", help="red if the evidence came from a dirty tree")
+    t.add_argument(
+        "--full",
+        action="store_true",
+        help="require the complete cell set: every operator and tier of the manifest at full widths",
+    )
+    t.add_argument("--contract", help="contract the evidence must name (default: the shipped one)")
+    t.add_argument("--manifest", help="manifest the evidence must name (default: the shipped one)")
 
     r = sub.add_parser("report", help="write the Markdown table and heatmap beside the evidence")
     r.add_argument("file")
     r.add_argument("--out", help="directory for the report (default: beside the file)")
+    r.add_argument("--allow-in-checkout", action="store_true", help="allow writing inside the git checkout")
 
     _add_bench_parser(sub)
     return parser
@@ -129,6 +203,7 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
 def _cmd_matrix(args: argparse.Namespace) -> int:
     import importlib
 
+    out_dir(args.out, "matrix")  # before torch is imported: a typo costs no time
     matrix = importlib.import_module("ws1_harness.matrix")  # lazy: needs torch and the kernels
     return int(matrix.run_matrix(args))
 
@@ -138,11 +213,11 @@ def _cmd_merge(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from ws1_harness.merge import merge
 
     command = "ws1 " + " ".join(shlex.quote(a) for a in argv)
+    out = out_file(args.out, "merge", args.shards)  # before any work, and never one of the shards
     doc = merge(args.shards, command=command)
-    if not args.out.endswith(".json"):
-        raise UsageError(f"ws1 merge: --out must end in .json, got {args.out!r}")
-    path = write_evidence_json(doc, args.out, allow_in_checkout=args.allow_in_checkout)
-    print(f"ws1 merge: {len(args.shards)} shards, {doc['counts']['total']} cells -> {path}")
+    path = write_evidence_json(doc, out, allow_in_checkout=args.allow_in_checkout)
+    emit(f"ws1 merge: {len(args.shards)} shards, {doc['counts']['total']} cells -> {path}")
+    emit(f"next: ws1 gate {shlex.quote(str(path))}; ws1 report {shlex.quote(str(path))}")
     return 0
 
 
@@ -154,11 +229,14 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         allow_pending_arch=args.allow_pending_arch,
         expect_commit=args.expect_commit,
         require_clean=args.require_clean,
+        full=args.full,
+        contract=args.contract,
+        manifest=args.manifest,
     )
     if result.exit_code == EXIT_BAD_INPUT:
         print(result.lines[0], file=sys.stderr)
     else:
-        print("\n".join(result.lines))
+        emit("\n".join(result.lines))  # a reader that left (`| head -2`) does not change the verdict
     return result.exit_code
 
 
@@ -166,11 +244,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from ws1_harness.bench import is_bench_file, write_bench_report
     from ws1_harness.report import write_report
 
+    if args.out is not None:  # its shape now; write_report checks the checkout before it creates the folder
+        out_dir(args.out, "report", create=False)
     if is_bench_file(args.file):
-        print(f"ws1 report: {write_bench_report(args.file, args.out)}")
+        emit(f"ws1 report: {write_bench_report(args.file, args.out)}")
         return 0
-    md, png = write_report(args.file, args.out)
-    print(f"ws1 report: {md} {png}")
+    md, png = write_report(args.file, args.out, allow_in_checkout=args.allow_in_checkout)
+    emit(f"ws1 report: {md} {png}")
     return 0
 
 
@@ -202,11 +282,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except KeyboardInterrupt:
         print("ws1: interrupted", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # a print outside `emit` lost its reader: quiet, and the shell's code for SIGPIPE
+        silence_stdout()
+        return EXIT_BROKEN_PIPE
     except Exception as exc:  # noqa: BLE001 - the CLI contract: one line, exit 2, never a traceback
-        known = isinstance(exc, _input_errors())
-        prefix = "" if known else f"ws1: internal error: {type(exc).__name__}: "
-        print(prefix + _one_line(exc), file=sys.stderr)
+        if isinstance(exc, _input_errors()):
+            print(_one_line(exc), file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if os.environ.get("WS1_TRACEBACK") == "1":
+            traceback.print_exc()
+        print(
+            f"ws1: internal error: {type(exc).__name__}: {_one_line(exc)} "
+            "(a bug in ws1; rerun with WS1_TRACEBACK=1 for the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
 
 

@@ -9,9 +9,15 @@ Why it works this way:
   reader repeats those checks; missing fields never default to empty.
 - Provenance is collected by the writer itself, always (an earlier gate checked it only when a caller
   passed it).
-- An earlier gate wrote its artifact into the checkout and dirtied the tree. The default directory is
-  outside it (`$WS1_EVIDENCE_DIR` or `~/.cache/ws1/evidence`), and a path inside a git work tree that git
-  does not ignore is refused unless the caller passes `allow_in_checkout=True`.
+- A finalised file records a digest of its cells (`cells_digest`; a merged file also each shard's), and every
+  reader recomputes it, so a cell edited after the file was written is bad input, never a quiet pass. A forger
+  who rewrites the cells and recomputes the digest is not stopped by it (docs/gate.md says what the gate cannot
+  stop); the gate re-judges each cell from its own records for that.
+- Duplicate JSON keys are refused (`"status": "red", "status": "green"` would otherwise keep the last one):
+  evidence is parsed with the contract's strict reader, the same one the contract loader uses.
+- An earlier gate wrote its artifact into the checkout and dirtied the tree. Every command names where its
+  output goes (`--out`; nox uses `$WS1_OUT`, else a folder under the system temp dir), and a path inside a git
+  work tree that git does not ignore is refused unless the caller passes `allow_in_checkout=True`.
 """
 
 from __future__ import annotations
@@ -33,12 +39,16 @@ from ws1_harness.errors import HarnessError
 from ws1_harness.provenance import collect_provenance
 from ws1_harness.status import CellStatus
 
-SCHEMA_VERSION = 2  # 2: arch-labelled profiles, per-cell device, kernel_mismatch
+SCHEMA_VERSION = 3  # 2: arch-labelled profiles, per-cell device; 3: checks, cells digests, plug-in sources
 PARTIAL_SUFFIX = ".partial.jsonl"
 
 
 class EvidenceError(HarnessError):
     """Bad, incomplete or unwritable evidence. The message is one line: '<where>: <what>'."""
+
+
+class DigestError(EvidenceError):
+    """A recorded cells digest that does not match the cells: the file was edited after it was written."""
 
 
 @dataclass(frozen=True)
@@ -133,12 +143,6 @@ class EvidenceHeader:
 # ---------------------------------------------------------------------------------------------- locations
 
 
-def default_evidence_dir() -> Path:
-    """`$WS1_EVIDENCE_DIR`, else `~/.cache/ws1/evidence`: outside any checkout by default (a clean tree)."""
-    env = os.environ.get("WS1_EVIDENCE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "ws1" / "evidence"
-
-
 def partial_path_for(path: Path) -> Path:
     """`dir/name.json` → `dir/name.partial.jsonl`."""
     stem = path.name[: -len(".json")] if path.name.endswith(".json") else path.name
@@ -173,7 +177,7 @@ def check_outside_checkout(path: Path) -> None:
             pass
     raise EvidenceError(
         f"evidence: {path} is inside the git checkout {top} and not ignored; write outside it "
-        "(default $WS1_EVIDENCE_DIR or ~/.cache/ws1/evidence) or allow it explicitly"
+        "(e.g. under $WS1_OUT or /tmp) or pass --allow-in-checkout"
     )
 
 
@@ -216,6 +220,40 @@ def counts_of(cells: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return counts
 
 
+def cells_digest(cells: Iterable[Mapping[str, Any]]) -> str:
+    """`sha256:<hex>` of the canonical JSON (sorted keys, no whitespace) of a list of cells."""
+    from ws1_contract import sha256_fingerprint
+
+    return sha256_fingerprint([dict(c) for c in cells])
+
+
+def shard_cells(cells: Iterable[Mapping[str, Any]], index: int) -> list[dict[str, Any]]:
+    """The cells of a merged file that came from shard `index`, as that shard recorded them (no `shard` key)."""
+    return [{k: v for k, v in c.items() if k != "shard"} for c in cells if c.get("shard") == index]
+
+
+def _check_digests(doc: Mapping[str, Any], source: str) -> None:
+    cells = doc["cells"]
+    recorded = doc["cells_digest"]
+    if recorded is None:
+        if doc["finalised"]:
+            raise DigestError(f"{source}: cells_digest: a finalised file must record the digest of its cells")
+        return
+    actual = cells_digest(cells)
+    if recorded != actual:
+        raise DigestError(
+            f"{source}: cells_digest: {recorded[:19]}... does not match the cells ({actual[:19]}...): "
+            "the cells were edited after the file was written"
+        )
+    for i, entry in enumerate(doc["shards"]):
+        actual = cells_digest(shard_cells(cells, i))
+        if entry["cells_digest"] != actual:
+            raise DigestError(
+                f"{source}: shards[{i}] ({entry['file']}): cells digest {entry['cells_digest'][:19]}... does "
+                f"not match the cells of that shard in this file ({actual[:19]}...)"
+            )
+
+
 def _schema_check(doc: Any, source: str) -> None:
     from ws1_contract import ContractError, validate_document
 
@@ -245,6 +283,9 @@ def validate_evidence(doc: Any, source: str) -> None:
             raise EvidenceError(
                 f"{source}: cells[{i}]: shard index {cell.shard} but {n_shards} shards recorded"
             )
+        if n_shards and cell.shard is None:
+            raise EvidenceError(f"{source}: cells[{i}]: a merged file's cell must name its shard")
+    _check_digests(doc, source)
     workload = doc["workload"]
     if not workload["id"].endswith(f".r{workload['revision']}"):
         raise EvidenceError(
@@ -257,14 +298,14 @@ def validate_evidence(doc: Any, source: str) -> None:
 
 
 def _parse_json(text: str, source: str) -> Any:
-    def reject(name: str) -> Any:
-        raise ValueError(f"non-standard constant {name}")
+    """Strict JSON: no NaN/Infinity, no duplicate keys (the contract's own reader, one helper for both)."""
+    from ws1_contract import ContractError
+    from ws1_contract.documents import parse_json
 
     try:
-        return json.loads(text, parse_constant=reject)
-    except ValueError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "invalid JSON"
-        raise EvidenceError(f"{source}: malformed JSON ({first})") from None
+        return parse_json(text, source)
+    except ContractError as exc:
+        raise EvidenceError(f"{exc.path}: malformed JSON ({exc.message})") from None
 
 
 def _read_partial(text: str, source: str, tolerate_torn_tail: bool) -> dict[str, Any]:
@@ -295,6 +336,7 @@ def _read_partial(text: str, source: str, tolerate_torn_tail: bool) -> dict[str,
     with contextlib.suppress(KeyError, TypeError):  # a malformed cell: the schema check names it
         doc["counts"] = counts_of(cells)
     doc["finalised"] = False
+    doc["cells_digest"] = None  # a partial file has no digest; the gate reads it as red (not finalised)
     return doc
 
 
@@ -384,6 +426,7 @@ class EvidenceWriter:
             "created_utc": utc_now(),
             "provenance": collect_provenance(argv).to_json(),
             **header.to_json(),
+            "cells_digest": None,
             "shards": [],
             "inventory": [],
         }
@@ -436,7 +479,13 @@ class EvidenceWriter:
         """Validate the complete document, write it atomically to `path`, and remove the partial file."""
         if self._finalised:
             raise EvidenceError(f"{self.path}: already finalised")
-        doc = {**self._doc, "finalised": True, "counts": counts_of(self._cells), "cells": list(self._cells)}
+        doc = {
+            **self._doc,
+            "finalised": True,
+            "counts": counts_of(self._cells),
+            "cells": list(self._cells),
+            "cells_digest": cells_digest(self._cells),
+        }
         self.close()
         write_evidence_json(doc, self.path, allow_in_checkout=self.allow_in_checkout)
         self._finalised = True

@@ -13,6 +13,15 @@ What makes it fail closed:
   specs (ws1_harness.cells), or passed in by the caller; no count is hard-coded.
 - Evidence once came from an older commit. `expect_commit` and `require_clean` check the commit and dirty flag
   of the code that produced the cells.
+- The gate once trusted what it should check: a red cell edited to green passed while its own per-layout
+  results said `passed: false`, and a zeroed contract fingerprint passed. Every cell is re-judged from its own
+  checks against the contract the gate is given (ws1_harness.rejudge), the recorded contract and workload
+  fingerprints and operator specs must be the given contract's and manifest's (default: the shipped ones), the
+  cells digest is recomputed on every read (ws1_harness.evidence), and a profile that is not built in must
+  record its plug-in's source.
+- `--model tiny` and `--op` subsets once passed as if they were the run. A run short of the complete cell set
+  says so in its verdict line (`PASS (reduced: model tiny, operators 2/12, tiers 2/3)`); `full=True`
+  (`ws1 gate --full`) makes every gap red.
 No torch is imported here.
 """
 
@@ -25,8 +34,10 @@ from typing import Any
 
 from ws1_harness import cells as _cells
 from ws1_harness import inventory as _inventory
+from ws1_harness import rejudge as _rejudge
 from ws1_harness.cells import CellError, CellKey, ExpectedCell, cell_key_of
-from ws1_harness.evidence import EvidenceError, read_evidence, validate_evidence
+from ws1_harness.evidence import DigestError, EvidenceError, read_evidence, validate_evidence
+from ws1_harness.rejudge import GateReference, GateReferenceError, load_reference
 from ws1_harness.status import NA_REASONS, CellStatus, ReasonCode
 
 EXIT_PASS = 0
@@ -53,6 +64,8 @@ class GateResult:
     exit_code: int
     lines: tuple[str, ...]
     problems: tuple[Problem, ...] = ()
+    # how the run falls short of the complete cell set (empty for a full run); shown in the verdict line
+    reduced: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -81,6 +94,10 @@ def device_contradictions(doc: Mapping[str, Any]) -> list[str]:
     """
     shards = doc.get("shards") or []
     out: list[str] = []
+    for i, prov in enumerate([doc["provenance"], *(s["provenance"] for s in shards)]):
+        if prov["device"] != "cuda" and prov["capability"] is not None:
+            where = "provenance" if i == 0 else f"shards[{i - 1}].provenance"
+            out.append(f"{where}: device {prov['device']} with CUDA capability {prov['capability']}")
     for cell in doc["cells"]:
         where = cell_key_of(cell).label()
         idx = cell.get("shard")
@@ -101,6 +118,8 @@ def device_contradictions(doc: Mapping[str, Any]) -> list[str]:
         if dev["type"] != "cuda":
             if label is not None:
                 out.append(f"{where}: ran on {dev['type']} but its profile is labelled with arch {label!r}")
+            elif dev.get("capability") is not None:
+                out.append(f"{where}: ran on {dev['type']} but records CUDA capability {dev['capability']}")
             continue
         if dev["capability"] != prov["capability"]:
             out.append(
@@ -116,6 +135,15 @@ def device_contradictions(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def error_detail(raw: Mapping[str, Any]) -> str:
+    """`: <message> (at <file:line>)` of an `error` cell (the candidate's own exception), else ""."""
+    if raw["status"] != CellStatus.ERROR.value:
+        return ""
+    diag = raw.get("diagnostics") or {}
+    why, at = diag.get("why"), diag.get("at")
+    return (f": {why}" if why else "") + (f" (at {at})" if at else "")
+
+
 def _judge_cell(raw: Mapping[str, Any], exp: ExpectedCell, allow_pending_arch: bool) -> Problem | None:
     key = exp.key.label()
     status = CellStatus(raw["status"])
@@ -126,7 +154,7 @@ def _judge_cell(raw: Mapping[str, Any], exp: ExpectedCell, allow_pending_arch: b
         if status is CellStatus.PENDING_ARCH:
             pass  # judged below like any pending cell
         elif status in (CellStatus.RED, CellStatus.ERROR):
-            return Problem("red", status.value, f"{key}: {status.value} ({reason})")
+            return Problem("red", status.value, f"{key}: {status.value} ({reason}){error_detail(raw)}")
         else:
             return Problem(
                 "red", "expected_na", f"{key}: {status.value} ({reason}) but must be na ({exp.na_reason})"
@@ -134,7 +162,7 @@ def _judge_cell(raw: Mapping[str, Any], exp: ExpectedCell, allow_pending_arch: b
     if status is CellStatus.GREEN:
         return None
     if status in (CellStatus.RED, CellStatus.ERROR):
-        return Problem("red", status.value, f"{key}: {status.value} ({reason})")
+        return Problem("red", status.value, f"{key}: {status.value} ({reason}){error_detail(raw)}")
     if status is CellStatus.NA:
         if reason == ReasonCode.OPTIONAL_NOT_PROVIDED.value and not exp.required:
             return None
@@ -177,6 +205,11 @@ def _inventory_problems(doc: Mapping[str, Any]) -> list[Problem]:
     return problems
 
 
+def _bad_input(code: str, message: str) -> GateResult:
+    line = f"ws1 gate: {VERDICTS[EXIT_BAD_INPUT]}: {message.splitlines()[0] if message else code}"
+    return GateResult(EXIT_BAD_INPUT, (line,), (Problem("bad_input", code, line),))
+
+
 def gate(
     evidence: Mapping[str, Any] | str | Path,
     expected_cells: Mapping[CellKey, ExpectedCell] | None = None,
@@ -185,11 +218,24 @@ def gate(
     expect_commit: str | None = None,
     require_clean: bool = False,
     source: str | None = None,
+    full: bool = False,
+    reference: GateReference | None = None,
+    contract: str | Path | None = None,
+    manifest: str | Path | None = None,
 ) -> GateResult:
-    """Judge an evidence document (or file). `expected_cells` overrides the set derived from the axes."""
+    """Judge an evidence document (or file). `expected_cells` overrides the set derived from the axes.
+
+    The evidence is judged against `reference`, else the contract and manifest files given (None: the shipped
+    ones). `full` requires the complete cell set (every operator and tier of the manifest at the full model's
+    widths, every judgment, no shard, no absent optional cell).
+    """
     expected = expected_cells
     if source is None:
         source = str(evidence) if isinstance(evidence, (str, Path)) else "evidence"
+    try:
+        ref = reference if reference is not None else load_reference(contract, manifest)
+    except GateReferenceError as exc:
+        return _bad_input("bad_reference", str(exc))
     try:
         if isinstance(evidence, (str, Path)):
             doc = read_evidence(evidence)
@@ -201,21 +247,23 @@ def gate(
             expected = _cells.expected_cells(
                 ax["profiles"], ax["operators"], ax["tiers"], ax["judgments"], ax["operator_specs"]
             )
+    except DigestError as exc:
+        return _bad_input("digest_mismatch", str(exc))
     except (EvidenceError, CellError) as exc:
-        line = f"ws1 gate: {VERDICTS[EXIT_BAD_INPUT]}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-        return GateResult(EXIT_BAD_INPUT, (line,), (Problem("bad_input", "bad_input", line),))
+        return _bad_input("bad_input", str(exc) or type(exc).__name__)
 
     contradictions = device_contradictions(doc)
     if contradictions:
-        line = (
-            f"ws1 gate: {VERDICTS[EXIT_BAD_INPUT]}: {source}: {len(contradictions)} cell(s) contradict the "
-            f"provenance, first: {contradictions[0]}"
+        return _bad_input(
+            "device_mismatch",
+            f"{source}: {len(contradictions)} cell(s) contradict the provenance, first: {contradictions[0]}",
         )
-        return GateResult(EXIT_BAD_INPUT, (line,), (Problem("bad_input", "device_mismatch", line),))
 
     problems: list[Problem] = []
     if not doc["finalised"]:
         problems.append(Problem("red", "not_finalised", "evidence is not finalised (partial or crashed run)"))
+    for problem_code, message in _rejudge.reference_mismatches(doc, ref) + _rejudge.plugin_problems(doc, ref):
+        problems.append(Problem("red", problem_code, message))
 
     commits, dirty = source_commit(doc)
     if len(commits) != 1:
@@ -232,8 +280,13 @@ def gate(
         problems.append(Problem("red", "dirty_tree", "evidence was produced from a dirty or unknown tree"))
 
     present: dict[CellKey, Mapping[str, Any]] = {cell_key_of(c): c for c in doc["cells"]}
+    op_classes = _rejudge.op_classes(doc)
     for key in sorted(set(present) - set(expected)):
         problems.append(Problem("red", "extra_cell", f"{key.label()}: cell not in the expected set"))
+    tensor_faults = _rejudge.tensor_disagreements(doc["cells"])
+    mismatched = {key for key, _ in tensor_faults}
+    for key, message in tensor_faults:
+        problems.append(Problem("red", "verdict_mismatch", f"{key.label()}: {message}"))
     n_green_required = 0
     n_missing_optional = 0
     for key in sorted(expected):
@@ -247,20 +300,40 @@ def gate(
             else:
                 n_missing_optional += 1
             continue
+        cell_ok = key not in mismatched
+        if raw["required"] != exp.required:
+            cell_ok = False
+            problems.append(
+                Problem(
+                    "red",
+                    "required_mismatch",
+                    f"{key.label()}: records required={str(raw['required']).lower()} but the operator spec "
+                    f"makes it {'required' if exp.required else 'optional'}",
+                )
+            )
+        disagreement = _rejudge.cell_disagreement(raw, op_classes.get(key.operator), ref)
+        if disagreement is not None:
+            cell_ok = False
+            problems.append(Problem("red", "verdict_mismatch", f"{key.label()}: {disagreement}"))
         problem = _judge_cell(raw, exp, allow_pending_arch)
         if problem is not None:
             problems.append(problem)
-        elif raw["status"] == CellStatus.GREEN.value and exp.required:
+        elif raw["status"] == CellStatus.GREEN.value and exp.required and cell_ok:
             n_green_required += 1
     if n_green_required == 0:
         problems.append(Problem("red", "no_green", "no executed green required cell"))
 
     problems += _inventory_problems(doc)
 
+    gaps = tuple(_rejudge.full_run_gaps(doc, ref, n_missing_optional))
+    if full:
+        for gap in gaps:
+            problems.append(Problem("red", "not_full", f"--full: not the complete cell set: {gap}"))
+
     n_red = sum(p.kind == "red" for p in problems)
     n_pending = sum(p.kind == "pending" for p in problems)
     code = EXIT_RED if n_red else (EXIT_PENDING if n_pending else EXIT_PASS)
-    verdict = VERDICTS[code]
+    verdict = VERDICTS[code] + (f" (reduced: {', '.join(gaps)})" if gaps else "")
 
     counts = doc["counts"]
     lines = [
@@ -278,4 +351,4 @@ def gate(
         lines.append(f"  [{p.kind}] {p.message}")
     if len(problems) > _MAX_PROBLEM_LINES:
         lines.append(f"  ... and {len(problems) - _MAX_PROBLEM_LINES} more")
-    return GateResult(code, tuple(lines), tuple(problems))
+    return GateResult(code, tuple(lines), tuple(problems), gaps)

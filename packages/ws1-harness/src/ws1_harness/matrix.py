@@ -4,8 +4,9 @@ Inputs are validated up front (unknown profile, operator or tier: exit 2, one li
 typo, and never ends in a traceback. Units run one by one in a worker process with a time limit each, so a
 hung kernel cannot block the sweep; every cell is
 written to the evidence as soon as it is known, then the file is finalised and a summary table is printed
-last. Exit status: 0 when every cell of this run is green or an expected `na`, 1 when any is not; the verdict
-on a complete cell set is `ws1 gate`'s.
+last, ending with the verdict and the next command. Exit status: 0 when every cell of this run is green or an
+expected `na` and (for a run that is not a shard) `ws1 gate` on the file would pass; 1 otherwise (`--op pack`
+alone once exited 0 while the gate said RED); 130 when interrupted, naming the partial file it kept.
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from ws1_contract import load_contract
+from ws1_harness.console import EXIT_INTERRUPTED, emit
 from ws1_harness.errors import HarnessError
+from ws1_harness.gate import EXIT_PASS, EXIT_PENDING, gate
 from ws1_kernels import registry
 from ws1_workload import Manifest, load_manifest
 
 from .cells import Cell, CellKey, LayoutResult, expected_cells
 from .evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef
 from .inventory_checks import inventory
-from .provenance import portable_path
+from .provenance import portable_path, unknown_commit_hint
 from .tasks import FULL_MODEL, UnitTask, execute_task, load_plugin
 from .unit import JUDGMENTS
 from .worker import WorkerPool
@@ -88,6 +91,11 @@ def plan(args: argparse.Namespace) -> Plan:
     for dup_axis, values in (("--op", operators), ("--tier", tiers)):
         if len(set(values)) != len(values):
             raise _fail(f"{dup_axis} given twice for the same value")
+    if all(manifest.operators[op].layout_only for op in operators):
+        raise _fail(
+            f"--op {' --op '.join(operators)}: layout-only operators have no candidate and no green cell, so "
+            "the gate could never pass this run; add an operator with a candidate"
+        )
     device = getattr(args, "device", None) or "auto"
     arch_label = run_arch_label(args.profile, operators, device)
     tasks = [
@@ -140,10 +148,7 @@ def run_arch_label(profile: str, operators: tuple[str, ...], device: str) -> str
 
 
 def _cell(record: dict[str, Any], required: bool) -> Cell:
-    layouts = tuple(
-        LayoutResult(lr["layout"], lr["passed"], lr.get("reason_code"), lr.get("diagnostics", {}))
-        for lr in record.get("layouts", [])
-    )
+    layouts = tuple(LayoutResult.from_json(lr) for lr in record.get("layouts", []))
     return Cell(
         key=CellKey(record["profile"], record["operator"], record["tier"], record["judgment"]),
         status=record["status"],
@@ -176,6 +181,26 @@ def _progress(done: int, total: int, task: UnitTask, records: list[dict[str, Any
     )
 
 
+def _error_lines(cells: list[dict[str, Any]]) -> list[str]:
+    """One line per unit whose cells are `error`: the candidate's own message and where it was raised.
+
+    An error cell once showed only `error:exception`; the message is in the cell's diagnostics (`why`, `at`).
+    """
+    out: list[str] = []
+    seen: set[tuple[str, str, str]] = set()
+    for c in cells:
+        if c["status"] != "error":
+            continue
+        diag = c.get("diagnostics") or {}
+        text = f"{diag.get('why') or c['reason_code']}" + (f" (at {diag['at']})" if diag.get("at") else "")
+        unit = (c["operator"], c["tier"], text)
+        if unit in seen:
+            continue  # the four judgments of a unit share one error
+        seen.add(unit)
+        out.append(f"  {c['operator']}/{c['tier']}: {text}")
+    return out
+
+
 def _summary(cells: list[dict[str, Any]]) -> str:
     """A table, one row per (operator, tier), one column per judgment, printed last."""
     rows: dict[tuple[str, str], dict[str, str]] = {}
@@ -191,7 +216,23 @@ def _summary(cells: list[dict[str, Any]]) -> str:
         "cells: "
         + " ".join(f"{k}={counts.get(k, 0)}" for k in ("green", "red", "na", "pending_arch", "error"))
     )
+    errors = _error_lines(cells)
+    if errors:
+        lines += ["errors:", *errors]
     return "\n".join(lines)
+
+
+def _next_steps(final: Path, shard: tuple[int, int] | None, verdict: str) -> list[str]:
+    """The closing lines: the verdict word and the command to run next."""
+    q = shlex.quote(str(final))
+    if shard is not None:
+        stem = final.name.split(".shard-", 1)[0]
+        shards = shlex.quote(str(final.parent)) + f"/{stem}.shard-*-of-{shard[1]}.json"
+        return [
+            f"verdict: shard {shard[0]}/{shard[1]} done; a shard alone lacks the other shards' cells",
+            f"next: ws1 merge {shards} --out ALL.json; ws1 gate ALL.json; ws1 report ALL.json",
+        ]
+    return [f"verdict: {verdict} (as ws1 gate {q} says)", f"next: ws1 gate {q}; ws1 report {q}"]
 
 
 def evidence_path(out: Path, profile: str, shard: tuple[int, int] | None) -> Path:
@@ -219,7 +260,7 @@ def run_matrix(args: argparse.Namespace) -> int:
     out = Path(args.out)
     path = evidence_path(out, p.profile_label, p.shard)
     limit = args.cell_timeout or DEFAULT_CELL_TIMEOUT_S
-    writer = EvidenceWriter(path, header)
+    writer = EvidenceWriter(path, header, allow_in_checkout=bool(getattr(args, "allow_in_checkout", False)))
     pool = None if args.in_process else WorkerPool()
     written: list[dict[str, Any]] = []
     started = time.perf_counter()
@@ -227,6 +268,9 @@ def run_matrix(args: argparse.Namespace) -> int:
         f"ws1 matrix: {p.profile_label} ({p.device}): {len(p.tasks)} units x {len(JUDGMENTS)} judgments -> {path}",
         file=sys.stderr,
     )
+    hint = unknown_commit_hint()
+    if hint is not None:
+        print(f"ws1 matrix: warning: {hint}", file=sys.stderr)
     try:
         for n, task in enumerate(p.tasks, start=1):
             t0 = time.perf_counter()
@@ -242,14 +286,27 @@ def run_matrix(args: argparse.Namespace) -> int:
         items = inventory(written, p.profile_label, biases)
         writer.set_inventory([{"profile": p.profile_label, **item.to_json()} for item in items])
         final = writer.finalise()
+    except KeyboardInterrupt:
+        writer.close()
+        print(
+            f"ws1 matrix: interrupted after {len({(c['operator'], c['tier']) for c in written})} of "
+            f"{len(p.tasks)} units; the cells written so far are "
+            f"kept in {writer.partial_path} (ws1 report {shlex.quote(str(writer.partial_path))} shows them)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     finally:
         writer.close()
         if pool is not None:
             pool.close()
-    print(_summary(written))
+    # The same judgment `ws1 gate FILE` makes (a shard alone always lacks cells, so only whole runs use it).
+    result = gate(final)
+    emit(_summary(written))
     inv_open = [f"{i.item}={i.verdict}" for i in items if i.verdict != "pass" and i.source == "direct"]
     if inv_open:
-        print("inventory open: " + ", ".join(inv_open))
-    print(f"ws1 matrix: {final} ({time.perf_counter() - started:.1f}s)")
+        emit("inventory open: " + ", ".join(inv_open))
+    emit(f"ws1 matrix: {final} ({time.perf_counter() - started:.1f}s)")
+    emit("\n".join(_next_steps(final, p.shard, result.verdict)))
     bad = [c for c in written if c["status"] not in ("green", "na")]
-    return 1 if bad or inv_open else 0
+    gate_open = p.shard is None and result.exit_code not in (EXIT_PASS, EXIT_PENDING)
+    return 1 if bad or inv_open or gate_open else 0

@@ -6,8 +6,9 @@ refuses shards that disagree on the schema version, git commit, dirty flag, work
 revision), contract fingerprint, judgments or operator specs, shards that are not finalised, shards that are
 themselves merges, and shards that overlap (the same cell key twice). Evidence from another commit is never
 mixed in (an earlier gate accepted it on the claim that later commits did not change operators). The merged
-file records every shard (file name, hash, command, provenance, counts), and each cell records the index of
-the shard it came from.
+file records every shard (file name, hash, command, provenance, counts, the shard's own cells digest), and each
+cell records the index of the shard it came from; the merged file's own cells digest covers the merged cells.
+Every reader recomputes both, so a cell edited in the merged file is refused even where the shard files are gone.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ws1_harness.cells import CellKey, cell_key_of
 from ws1_harness.evidence import (
     SCHEMA_VERSION,
     EvidenceError,
+    cells_digest,
     counts_of,
     file_sha256,
     load_evidence,
@@ -121,6 +123,7 @@ def merge(
         "axes": axes,
         "counts": counts_of(cells),
         "cells": cells,
+        "cells_digest": cells_digest(cells),
         "inventory": [inventory[k] for k in sorted(inventory)],
         "shards": [
             {
@@ -130,6 +133,7 @@ def merge(
                 "shard": doc["shard"],
                 "provenance": doc["provenance"],
                 "counts": doc["counts"],
+                "cells_digest": doc["cells_digest"],
             }
             for name, doc, digest in loaded
         ],

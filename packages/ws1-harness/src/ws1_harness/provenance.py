@@ -20,7 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -61,12 +61,34 @@ class Provenance:
     # Set when code built for one arch ran on another (sm86 PTX JIT-compiled on an sm_90 card): such evidence
     # is a proxy and must never be read as a run on the named arch.
     arch_proxy: str | None = None
+    # plug-in profiles registered in this process: (profile, module, portable file, sha256 of the source). A
+    # plug-in once registered itself as `portable_cpu` and its evidence could not be told from the built-in's.
+    plugins: tuple[tuple[str, str, str, str | None], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["argv"] = list(self.argv)
         d["packages"] = dict(self.packages)
+        d["plugins"] = [
+            {"profile": profile, "module": module, "file": file, "sha256": digest}
+            for profile, module, file, digest in self.plugins
+        ]
         return d
+
+
+def plugin_sources() -> tuple[tuple[str, str, str, str | None], ...]:
+    """The plug-in profiles the kernel registry holds in this process, with portable file paths.
+
+    Read only when the registry is already loaded (the matrix loads it, with any `--candidates` plug-in, before
+    the evidence writer starts); a process that never loaded it (the gate, a merge) has none to record.
+    """
+    registry = sys.modules.get("ws1_kernels.registry")
+    if registry is None:
+        return ()
+    return tuple(
+        (e["profile"], e["module"], portable_path(e["file"]) if e["file"] else "", e["sha256"])
+        for e in registry.plugin_sources()
+    )
 
 
 def _run(cmd: Sequence[str], cwd: Path) -> str | None:
@@ -137,6 +159,24 @@ def git_state(where: Path | None = None) -> tuple[str, bool, str]:
     return head.strip(), bool(status.strip()), "git"
 
 
+def unknown_commit_hint(prov: Mapping[str, Any] | None = None) -> str | None:
+    """What to do when a run (its provenance record; None: this process) cannot name its commit, else None.
+
+    A non-editable install (`pip install packages/ws1-harness`) copies the code out of the checkout, so git
+    cannot see it: the commit is "unknown" and the tree dirty, and `ws1 gate --require-clean` or
+    `--expect-commit` can never pass. Gated runs install editable (what nox does) or state the commit.
+    """
+    if prov is None:
+        prov = {"git_source": git_state()[2], "source_dir": portable_path(str(source_dir()))}
+    if prov["git_source"] != UNKNOWN:
+        return None
+    return (
+        f"the commit is unknown: the ws1_harness code at {prov['source_dir']} is not in a git checkout (a "
+        "non-editable install?); for a gated run install with `pip install -e packages/...` (as nox does) or "
+        "set WS1_SOURCE_COMMIT=<sha> and WS1_SOURCE_DIRTY=0"
+    )
+
+
 def _version(dist: str) -> str:
     try:
         return importlib.metadata.version(dist)
@@ -196,4 +236,5 @@ def collect_provenance(argv: Sequence[str] | None = None) -> Provenance:
         argv=portable_command(sys.argv if argv is None else argv),
         packages=tuple((p, _version(p)) for p in _PACKAGES),
         arch_proxy=os.environ.get("WS1_ARCH_PROXY") or None,
+        plugins=plugin_sources(),
     )

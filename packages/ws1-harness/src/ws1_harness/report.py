@@ -3,7 +3,10 @@
 Rows are (profile, operator), columns (tier, judgment); each cell shows a status glyph and the reason code.
 Cells the expected set demands but the file lacks are shown as missing, so an incomplete matrix is visible at
 a glance. The report starts with the gate verdict and the provenance, so a picture is never read without the
-verdict and the commit it belongs to. The views are for people; the gate reads only the JSON.
+verdict and the commit it belongs to; an `error` cell shows the candidate's own message and where it was raised,
+and a merged file names its shards. The heatmap does not rely on hue alone (red and green once differed only
+by hue): a colour-blind-safe palette (Okabe and Ito), a glyph in every cell, outlined and hatched missing cells,
+and the count of each status in the legend. The views are for people; the gate reads only the JSON.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ws1_harness.cells import CellKey, cell_key_of
-from ws1_harness.evidence import PARTIAL_SUFFIX, read_evidence
+from ws1_harness.evidence import PARTIAL_SUFFIX, EvidenceError, check_outside_checkout, read_evidence
 from ws1_harness.gate import gate
 
 GLYPH = {
@@ -24,14 +27,18 @@ GLYPH = {
     "pending_arch": "⏳",
     "missing": "⬜",
 }
+# Okabe-Ito colours, told apart by the common colour-vision deficiencies; the glyph carries the status as well.
 COLOUR = {
-    "green": "#2e7d32",
-    "red": "#c62828",
-    "error": "#6a1b9a",
-    "na": "#bdbdbd",
-    "pending_arch": "#f9a825",
-    "missing": "#ffffff",
+    "green": "#009E73",  # bluish green
+    "red": "#D55E00",  # vermillion
+    "error": "#000000",  # black
+    "na": "#DDDDDD",  # light grey
+    "pending_arch": "#56B4E9",  # sky blue
+    "missing": "#FFFFFF",  # white, hatched and outlined
 }
+# One glyph per status in the picture (characters the default DejaVu Sans font has; the Markdown uses GLYPH).
+PLOT_GLYPH = {"green": "✓", "red": "✗", "error": "!", "na": "–", "pending_arch": "…", "missing": "?"}
+_DARK = frozenset({"red", "error"})  # statuses whose colour needs a white glyph
 ORDER = ("green", "red", "error", "na", "pending_arch", "missing")
 _MAX_PROBLEMS = 60
 JUDGMENT_SHORT = {
@@ -59,6 +66,75 @@ def _status_at(cells: Mapping[CellKey, Mapping[str, Any]], key: CellKey) -> tupl
     return raw["status"], raw["reason_code"]
 
 
+def _txt(value: Any, none: str = "none") -> str:
+    """A value for people: never Python's `None`."""
+    return none if value is None else str(value)
+
+
+def commit_label(prov: Mapping[str, Any]) -> str:
+    """`commit 3f2c1a9b0d4e (dirty)`, or a plain statement that no commit was recorded and why."""
+    commit = prov["git_commit"]
+    if commit == "unknown":
+        return "commit unknown (the code did not run from a git checkout; see docs/evidence.md, Provenance)"
+    return f"commit {commit[:12]}" + (" (dirty)" if prov["git_dirty"] else "")
+
+
+def _shards_section(doc: Mapping[str, Any]) -> list[str]:
+    """A merged file names the shards it was made of."""
+    if not doc["shards"]:
+        return []
+    out = [
+        "## Shards",
+        "",
+        "| # | file | shard | commit | device | cells | command |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i, entry in enumerate(doc["shards"]):
+        prov = entry["provenance"]
+        device = (
+            prov["device"] if prov["device"] == "cpu" else f"{prov['device_name']} {_txt(prov['capability'])}"
+        )
+        out.append(
+            f"| {i} | {entry['file']} | {_txt(entry['shard'], 'whole run')} | {commit_label(prov)} | {device} | "
+            f"{entry['counts']['total']} | `{entry['command']}` |"
+        )
+    out.append("")
+    return out
+
+
+def error_details(doc: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Every unit with `error` cells, once, with the candidate's message (`why`) and location (`at`)."""
+    out: dict[tuple[str, str, str], dict[str, str]] = {}
+    for c in doc["cells"]:
+        if c["status"] != "error":
+            continue
+        diag = c.get("diagnostics") or {}
+        key = (c["profile"], c["operator"], c["tier"])
+        out.setdefault(
+            key,
+            {
+                "profile": c["profile"],
+                "operator": c["operator"],
+                "tier": c["tier"],
+                "why": _txt(diag.get("why"), c["reason_code"] or "error"),
+                "at": _txt(diag.get("at"), "-"),
+            },
+        )
+    return list(out.values())
+
+
+def _errors_section(doc: Mapping[str, Any]) -> list[str]:
+    rows = error_details(doc)
+    if not rows:
+        return []
+    out = ["## Errors", "", "| profile | operator | tier | message | raised at |", "|---|---|---|---|---|"]
+    for r in rows:
+        why = r["why"].replace("|", "\\|")
+        out.append(f"| {r['profile']} | {r['operator']} | {r['tier']} | {why} | `{r['at']}` |")
+    out.append("")
+    return out
+
+
 def render_markdown(doc: Mapping[str, Any], source: str = "evidence") -> str:
     """The Markdown report: verdict, provenance, counts, legend, and the profile×operator table."""
     verdict = gate(doc, source=source)
@@ -67,13 +143,16 @@ def render_markdown(doc: Mapping[str, Any], source: str = "evidence") -> str:
     out = [f"# ws1 evidence report: {source}", ""]
     out += ["```", *verdict.lines[:4], "```", ""]
     out += [
-        f"- commit `{prov['git_commit']}` (dirty: {str(prov['git_dirty']).lower()}, from {prov['git_source']})",
-        f"- device {prov['device']} `{prov['device_name']}` capability {prov['capability']} driver {prov['driver']}",
-        f"- torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, python {prov['python']}",
+        f"- {commit_label(prov)}, from {prov['git_source']}"
+        + ("" if prov["git_commit"] == "unknown" else f": `{prov['git_commit']}`"),
+        f"- device {prov['device']} `{prov['device_name']}` capability {_txt(prov['capability'], '-')} "
+        f"driver {_txt(prov['driver'])}",
+        f"- torch {prov['torch']}, triton {prov['triton']}, CUDA {_txt(prov['cuda'], 'none (CPU build)')}, "
+        f"python {prov['python']}",
         f"- workload `{doc['workload']['id']}` {doc['workload']['fingerprint']}",
         f"- contract {doc['contract']['fingerprint']}",
         f"- command `{doc['command']}`" + (f" shard {doc['shard']}" if doc["shard"] else ""),
-        f"- shards merged: {len(doc['shards'])}" if doc["shards"] else "- single run",
+        f"- merged from {len(doc['shards'])} shards (listed below)" if doc["shards"] else "- single run",
         "",
         "Legend: " + ", ".join(f"{GLYPH[s]} {s}" for s in ORDER),
         "",
@@ -82,6 +161,7 @@ def render_markdown(doc: Mapping[str, Any], source: str = "evidence") -> str:
         out += ["## Problems", "", "```", *verdict.lines[4 : 4 + _MAX_PROBLEMS], "```", ""]
         if len(verdict.lines) > 4 + _MAX_PROBLEMS:
             out += [f"({len(verdict.lines) - 4 - _MAX_PROBLEMS} more: run `ws1 gate` for the full list)", ""]
+    out += _errors_section(doc)
     out += ["## Matrix", ""]
     header = ["profile", "operator"] + [f"{t} {JUDGMENT_SHORT.get(j, j)}" for t, j in cols]
     out.append("| " + " | ".join(header) + " |")
@@ -95,6 +175,7 @@ def render_markdown(doc: Mapping[str, Any], source: str = "evidence") -> str:
     out.append("")
     out += _mismatch_section(doc)
     out += _time_section(doc)
+    out += _shards_section(doc)
     return "\n".join(out)
 
 
@@ -150,7 +231,7 @@ def _mismatch_section(doc: Mapping[str, Any]) -> list[str]:
     for r in rows[:200]:
         out.append(
             f"| {r['profile']} | {r['operator']} | {r['tier']} | {r['judgment']} | {r['layout']} | "
-            f"{r['tensor']} | {r['n_mismatch']}/{r['n_total']} | {r['first_key']} |"
+            f"{r['tensor']} | {_txt(r['n_mismatch'], '-')}/{_txt(r['n_total'], '-')} | {_txt(r['first_key'], '-')} |"
         )
     if len(rows) > 200:
         out.append(f"| ... {len(rows) - 200} more | | | | | | | |")
@@ -190,18 +271,27 @@ def _time_section(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def render_heatmap(doc: Mapping[str, Any], png_path: Path, title: str = "ws1 matrix") -> Path:
-    """A PNG heatmap of the matrix (Agg canvas, no global pyplot state)."""
+def status_counts(doc: Mapping[str, Any]) -> dict[str, int]:
+    """How many cells of the grid have each status, `missing` included (the heatmap legend shows them)."""
+    rows, cols, cells = _grid(doc)
+    counts = dict.fromkeys(ORDER, 0)
+    for p, o in rows:
+        for t, j in cols:
+            counts[_status_at(cells, CellKey(p, o, t, j))[0]] += 1
+    return counts
+
+
+def heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
+    """The heatmap as a matplotlib Figure (Agg canvas, no global pyplot state): colour, glyph, legend counts."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import BoundaryNorm, ListedColormap
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch, Rectangle
 
     rows, cols, cells = _grid(doc)
     index = {s: i for i, s in enumerate(ORDER)}
-    data = [[index[_status_at(cells, CellKey(p, o, t, j))[0]] for t, j in cols] for p, o in rows] or [
-        [index["missing"]]
-    ]
+    statuses = [[_status_at(cells, CellKey(p, o, t, j))[0] for t, j in cols] for p, o in rows]
+    data = [[index[st] for st in row] for row in statuses] or [[index["missing"]]]
     cmap = ListedColormap([COLOUR[s] for s in ORDER])
     norm = BoundaryNorm([i - 0.5 for i in range(len(ORDER) + 1)], len(ORDER))
     width = max(6.0, 0.55 * len(cols) + 3.5)
@@ -210,26 +300,68 @@ def render_heatmap(doc: Mapping[str, Any], png_path: Path, title: str = "ws1 mat
     FigureCanvasAgg(fig)
     axis = fig.add_subplot(1, 1, 1)
     axis.imshow(data, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
+    for y, row in enumerate(statuses):
+        for x, st in enumerate(row):
+            axis.text(
+                x,
+                y,
+                PLOT_GLYPH[st],
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if st in _DARK else "black",
+            )
+            if st == "missing":  # a gap must be seen, not read as a pale colour
+                axis.add_patch(
+                    Rectangle(
+                        (x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///", edgecolor="#555555", linewidth=0.8
+                    )
+                )
     axis.set_xticks(range(len(cols)))
     axis.set_xticklabels([f"{t}\n{JUDGMENT_SHORT.get(j, j)}" for t, j in cols], fontsize=7, rotation=90)
     axis.set_yticks(range(len(rows)))
     axis.set_yticklabels([f"{p} / {o}" for p, o in rows], fontsize=7)
     axis.set_xticks([x - 0.5 for x in range(1, len(cols))], minor=True)
     axis.set_yticks([y - 0.5 for y in range(1, len(rows))], minor=True)
-    axis.grid(which="minor", color="white", linewidth=0.8)
+    axis.grid(which="minor", color="#888888", linewidth=0.6)
     axis.tick_params(which="minor", length=0)
     axis.set_title(title, fontsize=9)
+    counts = status_counts(doc)
     fig.legend(
-        handles=[Patch(facecolor=COLOUR[s], edgecolor="black", label=s) for s in ORDER],
+        handles=[
+            Patch(
+                facecolor=COLOUR[s],
+                edgecolor="black",
+                hatch="///" if s == "missing" else None,
+                label=f"{PLOT_GLYPH[s]} {s} ({counts[s]})",
+            )
+            for s in ORDER
+        ],
         loc="lower center",
         ncol=len(ORDER),
         fontsize=7,
         frameon=False,
     )
     fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
+
+
+def render_heatmap(doc: Mapping[str, Any], png_path: Path, title: str = "ws1 matrix") -> Path:
+    """Write the heatmap PNG."""
+    fig = heatmap_figure(doc, title)
     png_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png_path, dpi=120)
     return png_path
+
+
+def heatmap_title(doc: Mapping[str, Any], name: str, verdict: str) -> str:
+    """`<file>: <VERDICT>, commit <sha> [(dirty)]`; a merged file says how many shards it holds."""
+    merged = f", merged from {len(doc['shards'])} shards" if doc["shards"] else ""
+    commit = doc["provenance"] if not doc["shards"] else doc["shards"][0]["provenance"]
+    label = commit_label(commit)
+    if commit["git_commit"] == "unknown":
+        label = "commit unknown (not run from a git checkout)"
+    return f"{name}: {verdict}, {label}{merged}"
 
 
 def report_stem(path: Path) -> str:
@@ -240,19 +372,30 @@ def report_stem(path: Path) -> str:
     return name
 
 
-def write_report(path: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
+def write_report(
+    path: str | Path, out_dir: str | Path | None = None, *, allow_in_checkout: bool = False
+) -> tuple[Path, Path]:
     """Write `<stem>.report.md` and `<stem>.heatmap.png` beside the evidence (or into `out_dir`).
 
-    Works on partial files too (a torn last line is skipped), so a crashed run can still be looked at.
+    Like every evidence output, a report inside the git checkout (and not ignored by git) is refused unless
+    `allow_in_checkout`: it would leave untracked files there. Works on partial files too (a torn last line is
+    skipped), so a crashed run can still be looked at.
     """
     p = Path(path)
     doc = read_evidence(p, tolerate_torn_tail=True)
     directory = Path(out_dir) if out_dir is not None else p.parent
-    directory.mkdir(parents=True, exist_ok=True)
     stem = report_stem(p)
     md = directory / f"{stem}.report.md"
+    png = directory / f"{stem}.heatmap.png"
+    if not allow_in_checkout:
+        check_outside_checkout(md)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EvidenceError(
+            f"report: cannot create {directory} ({exc.strerror or type(exc).__name__})"
+        ) from None
     md.write_text(render_markdown(doc, p.name), encoding="utf-8")
-    commit = doc["provenance"]["git_commit"][:12]
     verdict = gate(doc, source=p.name).verdict
-    png = render_heatmap(doc, directory / f"{stem}.heatmap.png", title=f"{p.name} @ {commit}: {verdict}")
+    render_heatmap(doc, png, title=heatmap_title(doc, p.name, verdict))
     return md, png

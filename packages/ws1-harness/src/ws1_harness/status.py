@@ -52,6 +52,7 @@ class ReasonCode(str, Enum):
     UNDECLARED_KERNEL = "undeclared_kernel"
     NO_KERNEL_OBSERVED = "no_kernel_observed"
     KERNEL_MISMATCH = "kernel_mismatch"
+    INPUT_MODIFIED = "input_modified"
     LAYOUT_NOT_HONOURED = "layout_not_honoured"
     LAYOUT_ERROR = "layout_error"
     EMPTY_ACTIVE_SET = "empty_active_set"
@@ -90,6 +91,9 @@ REASONS: dict[str, ReasonInfo] = {
             "kernel_mismatch",
             _FAIL,
             "the kernels a call recorded at its launch sites differ from those Triton's launch hook saw",
+        ),
+        ReasonInfo(
+            "input_modified", _FAIL, "the candidate changed the bits of an input or parameter it was given"
         ),
         ReasonInfo("layout_not_honoured", _FAIL, "the physical layout did not reach the candidate as built"),
         ReasonInfo("layout_error", _FAIL, "a layout could not be built or restored"),

@@ -9,6 +9,7 @@ generated weights) between units while it lives.
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -26,6 +27,21 @@ def _serve(conn: Connection) -> None:
             conn.send(("ok", execute_task(task)))
         except BaseException as exc:  # the parent turns this into an error cell
             conn.send(("crash", f"{type(exc).__name__}: {exc}".splitlines()[0]))
+
+
+def death_message(exitcode: int | None) -> str:
+    """How a worker ended, from its exit code: a signal by name (SIGKILL is what the out-of-memory killer sends),
+    else its exit status. A dead worker once read "worker exited: " and nothing more."""
+    if exitcode is None:
+        return "stopped replying and did not exit"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (out of memory?)" if -exitcode == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with status {exitcode}"
 
 
 @dataclass
@@ -59,9 +75,11 @@ class WorkerPool:
             return timeout_records(task, limit_s)
         try:
             kind, payload = live.conn.recv()
-        except (EOFError, ConnectionError) as exc:
+        except (EOFError, ConnectionError):
+            live.process.join(timeout=10)  # the pipe closed because the process ended: read how it ended
+            why = death_message(live.process.exitcode)
             self._kill()
-            return crash_records(task, f"worker exited: {exc or 'no reply'}")
+            return crash_records(task, why)
         if kind == "crash":
             self._kill()
             return crash_records(task, payload)

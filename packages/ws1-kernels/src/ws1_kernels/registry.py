@@ -9,8 +9,10 @@ exactly like the built-in ones.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -105,6 +107,32 @@ class Candidate:
 _PROFILES: dict[str, dict[str, Candidate]] = {}
 # declared profiles without candidates yet: name -> reason every resolve reports
 _PENDING: dict[str, str] = {}
+# the profiles this module defines; set once the built-ins below are registered. A plug-in cannot take one of
+# these names: its evidence would read as the built-in profile's.
+_BUILTIN: frozenset[str] = frozenset()
+# plug-in profile -> the sources behind it: {"profile", "module", "file", "sha256"} per module
+_PLUGIN_SOURCES: dict[str, tuple[dict[str, str | None], ...]] = {}
+
+
+def _module_source(profile: str, module: str) -> dict[str, str | None]:
+    """Where a plug-in module's code lives and a digest of it, read when the profile is registered."""
+    mod = sys.modules.get(module)
+    path = getattr(mod, "__file__", None) if mod is not None else None
+    digest = None
+    if path:
+        try:
+            with open(path, "rb") as f:
+                digest = "sha256:" + hashlib.sha256(f.read()).hexdigest()
+        except OSError:
+            digest = None
+    return {"profile": profile, "module": module, "file": path or "", "sha256": digest}
+
+
+def plugin_sources() -> tuple[dict[str, str | None], ...]:
+    """Every plug-in profile registered in this process with the source of its candidates (and of the module
+    that registered it, for a ``module:attr`` spec): what evidence records so a plug-in is never mistaken for a
+    built-in profile. ``file`` is the absolute path; the harness makes it portable."""
+    return tuple(dict(entry) for entries in _PLUGIN_SOURCES.values() for entry in entries)
 
 
 def profiles() -> tuple[str, ...]:
@@ -122,6 +150,11 @@ def register_profile(name: str, cands: Iterable[Candidate], *, replace: bool = F
     """Register a profile; every candidate must carry ``profile == name``, one per operator."""
     if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise RegistryError(f"registry.register_profile: bad profile name {name!r}")
+    if name in _BUILTIN:
+        raise RegistryError(
+            f"registry.register_profile: profile {name!r} is already registered as a built-in profile; a "
+            "plug-in cannot replace it, with or without replace=True (register under another name)"
+        )
     if (name in _PROFILES or name in _PENDING) and not replace:
         raise RegistryError(f"registry.register_profile: profile {name!r} already registered")
     table: dict[str, Candidate] = {}
@@ -139,6 +172,9 @@ def register_profile(name: str, cands: Iterable[Candidate], *, replace: bool = F
         raise RegistryError(f"registry.register_profile({name}): no candidates")
     _PENDING.pop(name, None)
     _PROFILES[name] = table
+    if _BUILTIN:  # registered after the built-ins: a plug-in, whose sources the evidence records
+        modules = sorted({getattr(c.fn, "__module__", None) or type(c.fn).__module__ for c in table.values()})
+        _PLUGIN_SOURCES[name] = tuple(_module_source(name, m) for m in modules)
 
 
 def declare_profile(name: str, reason: str) -> None:
@@ -220,7 +256,11 @@ def load_spec(spec: str) -> str:
         obj = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as exc:
         raise RegistryError(f"registry.load_spec: cannot load {spec!r}: {exc}") from exc
-    return _register_object(spec, obj)
+    name = _register_object(spec, obj)
+    known = {entry["module"] for entry in _PLUGIN_SOURCES.get(name, ())}
+    if mod_name not in known:  # the registering module too: it chose the candidates
+        _PLUGIN_SOURCES[name] = (*_PLUGIN_SOURCES.get(name, ()), _module_source(name, mod_name))
+    return name
 
 
 def _register_object(where: str, obj: object) -> str:
@@ -337,3 +377,4 @@ def _register_triton() -> None:
 _register_triton()
 declare_profile("cuda_bf16", "no candidate registered yet (needs CUDA sm80 and the ws1 extension)")
 declare_profile("cuda_bf16_sm90", "no candidate registered yet; needs CUDA sm90")
+_BUILTIN = frozenset(profiles())

@@ -20,6 +20,7 @@ import yaml
 from ._contract import fingerprint as _fingerprint
 from ._contract import validate_manifest_document
 from .errors import WorkloadError
+from .hardcases import HardCaseSpec, hard_rows_of, parse_hard_cases
 
 #: The chain nodes of the Qwen3 dense forward, in chain order. The manifest must declare exactly these.
 CHAIN_NODES: tuple[str, ...] = (
@@ -38,6 +39,25 @@ CHAIN_NODES: tuple[str, ...] = (
 )
 TIERS: tuple[str, ...] = ("short", "primary", "long")
 PACKAGED_MANIFEST = "qwen3-8b-dense.yaml"
+
+#: Inclusive bounds of each model field. The schema only says "integer >= 1", and it counts 1e23 as an integer;
+#: such a width passed `describe` and then crashed weight generation. These bounds hold every dense model
+#: ws1 is meant for (Qwen3-8B: hidden 4096, intermediate 12288, vocab 151936) with room to spare, and refuse
+#: a typo before any tensor is sized from it.
+MODEL_BOUNDS: Mapping[str, tuple[float, float]] = MappingProxyType(
+    {
+        "num_layers": (1, 1024),
+        "hidden": (1, 1 << 16),
+        "num_heads": (1, 1024),
+        "num_kv_heads": (1, 1024),
+        "head_dim": (2, 1024),
+        "intermediate": (1, 1 << 18),
+        "vocab": (2, 1 << 22),
+        "rope_theta": (1.0, 1e12),
+        "rms_eps": (1e-12, 1e-1),
+    }
+)
+_INTEGER_FIELDS = frozenset(MODEL_BOUNDS) - {"rope_theta", "rms_eps"}
 
 
 @dataclass(frozen=True)
@@ -141,6 +161,13 @@ class Manifest:
     profiles: Mapping[str, ProfileSpec] = field(repr=False)
     models: Mapping[str, ModelConfig] = field(repr=False)
     weight_pins: Mapping[str, WeightPin] = field(repr=False)
+    # the hard cases the fixtures must hold (ws1_workload.hardcases)
+    hard_cases: Mapping[str, HardCaseSpec] = field(repr=False, default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def hard_rows(self) -> Mapping[str, tuple[str, ...]]:
+        """Operator input (`<operator>.<input>`) -> the kinds of hard row it holds."""
+        return hard_rows_of(self.hard_cases)
 
     def model(self, name: str) -> ModelConfig:
         if name not in self.models:
@@ -205,8 +232,35 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
         raise WorkloadError(f"{where}: invalid YAML: {problem}", source) from None
     if not isinstance(doc, dict):
         raise WorkloadError("manifest must be a mapping at top level", source)
+    _check_finite(doc, "$", source)
     validate_manifest_document(doc, source)
+    _check_model_bounds(doc, source)
     return _build(doc, source)
+
+
+def _check_finite(node: Any, path: str, source: str) -> None:
+    """Refuse NaN and infinities anywhere (`.nan`, `.inf` are valid YAML): the schema's bounds let NaN through,
+    and the fingerprint (canonical JSON) cannot hold them. The message names the field."""
+    if isinstance(node, float) and not math.isfinite(node):
+        raise _fail(source, path, f"must be a finite number, found {node!r}")
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _check_finite(value, f"{path}.{key}", source)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_finite(value, f"{path}[{i}]", source)
+
+
+def _check_model_bounds(doc: Mapping[str, Any], source: str) -> None:
+    """Every model field within MODEL_BOUNDS; widths are real integers (not 1e23, which YAML reads as a float)."""
+    for name, md in doc["models"].items():
+        for key, (low, high) in MODEL_BOUNDS.items():
+            value = md[key]
+            where = f"$.models.{name}.{key}"
+            if key in _INTEGER_FIELDS and not isinstance(value, int):
+                raise _fail(source, where, f"must be an integer, found {value!r}")
+            if not low <= value <= high:
+                raise _fail(source, where, f"{value!r} is outside the range [{low:g}, {high:g}] ws1 accepts")
 
 
 def _fail(source: str, path: str, message: str) -> WorkloadError:
@@ -373,4 +427,5 @@ def _build(doc: dict[str, Any], source: str) -> Manifest:
         profiles=MappingProxyType(profiles),
         models=MappingProxyType(models),
         weight_pins=MappingProxyType(pins),
+        hard_cases=parse_hard_cases(fx["hard_cases"], CHAIN_NODES, source),
     )

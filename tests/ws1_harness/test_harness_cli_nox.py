@@ -1,0 +1,118 @@
+"""The nox sessions check their inputs first and say what is wrong in one line, never with a traceback.
+
+The noxfile is loaded as a module and its sessions are called with a stand-in session whose `error` raises (as
+nox's does) and whose `install` fails the test: nothing is installed and no subprocess of nox is started.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def noxfile() -> ModuleType:
+    pytest.importorskip("nox")
+    spec = importlib.util.spec_from_file_location("ws1_noxfile_under_test", ROOT / "noxfile.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class SessionError(Exception):
+    """What nox's `session.error` does: stop the session with one message."""
+
+
+class FakeSession:
+    venv_backend = "virtualenv"
+
+    def __init__(self, posargs: list[str] | None = None) -> None:
+        self.posargs = posargs or []
+        self.logged: list[str] = []
+
+    def error(self, message: str) -> None:
+        raise SessionError(message)
+
+    def install(self, *args: str) -> None:
+        raise AssertionError(f"installed {args} before the arguments were checked")
+
+    def run(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError(f"ran {args} before the arguments were checked")
+
+    def log(self, message: str) -> None:
+        self.logged.append(message)
+
+    def warn(self, message: str) -> None:
+        self.logged.append(message)
+
+
+def _one_line_error(call) -> str:
+    with pytest.raises(SessionError) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+@pytest.mark.parametrize("where", ["file", "under-file", "proc"])
+def test_ws1_out_that_cannot_hold_evidence_is_one_line(noxfile, tmp_path, monkeypatch, where) -> None:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    out = {"file": a_file, "under-file": a_file / "sub", "proc": Path("/proc/ws1-no-such-dir")}[where]
+    monkeypatch.setenv("WS1_OUT", str(out))
+    message = _one_line_error(lambda: noxfile._evidence_dir(FakeSession(), "gate"))
+    assert message.startswith(f"evidence directory (WS1_OUT={str(out)!r}): ")
+
+
+def test_ws1_out_that_is_a_folder_is_used(noxfile, tmp_path, monkeypatch) -> None:
+    """The negative control of the test above: a usable WS1_OUT gives its session folder."""
+    monkeypatch.setenv("WS1_OUT", str(tmp_path / "ev"))
+    assert noxfile._evidence_dir(FakeSession(), "gate") == tmp_path / "ev" / "gate"
+    assert (tmp_path / "ev" / "gate").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("make", "fragment"),
+    [
+        (lambda d: str(d / "missing.json"), "no such file"),
+        (lambda d: str(d), "not a file"),
+        (lambda d: (d / "shard.txt").write_text("{}") and str(d / "shard.txt"), "finalised evidence .json"),
+        (lambda d: "--full", "options go to ws1 gate"),
+    ],
+    ids=["missing", "folder", "not-json", "option"],
+)
+def test_gate_session_checks_its_arguments_before_installing(noxfile, tmp_path, make, fragment) -> None:
+    session = FakeSession([make(tmp_path)])
+    message = _one_line_error(lambda: noxfile.gate(session))
+    assert message.startswith("gate: ") and fragment in message
+
+
+def test_gate_session_accepts_existing_shards(noxfile, tmp_path) -> None:
+    """The negative control: real files pass the check (and the session goes on to install)."""
+    shard = tmp_path / "s.json"
+    shard.write_text("{}")
+    assert noxfile.shard_args_problem([str(shard)]) is None
+    with pytest.raises(AssertionError, match="installed"):
+        noxfile.gate(FakeSession([str(shard)]))
+
+
+def test_gpu_session_without_torch_says_torch_is_missing(noxfile, monkeypatch) -> None:
+    """It once said "no CUDA device visible" in a venv that had no torch at all."""
+    # the probe itself, run by an interpreter that cannot see site-packages: no torch there
+    probe = subprocess.run([sys.executable, "-I", "-S", "-c", noxfile.GPU_PROBE], capture_output=True)
+    assert probe.returncode == 3
+    monkeypatch.setattr(noxfile, "GPU_PROBE", "import sys; sys.exit(3)")
+    message = _one_line_error(lambda: noxfile._gpu_session(FakeSession(), "gpu_sm90"))
+    assert "torch is not installed" in message and "CUDA" not in message.split("(")[0]
+    monkeypatch.setattr(noxfile, "GPU_PROBE", "import sys; sys.exit(4)")
+    assert "no CUDA device visible" in _one_line_error(
+        lambda: noxfile._gpu_session(FakeSession(), "gpu_sm90")
+    )
