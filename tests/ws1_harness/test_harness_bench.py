@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ws1_harness.bench import records, targets
+from ws1_harness.bench import cases, records, targets
 from ws1_harness.bench.runner import Options, collect
-from ws1_harness.bench.shapes import BENCH_OPS
+from ws1_harness.bench.shapes import BENCH_OPS, OPERATOR_OF, Point, op_shapes, operator_of
 from ws1_harness.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,11 +72,12 @@ def test_every_operator_gives_forward_and_backward_rows(tmp_path: Path, profile:
     doc = collect(_opts(tmp_path, profile), ["bench"], timer=FakeTimer(times), progress=None)
     records.validate(doc, "collect")
     seen = {(r["op"], r["phase"]) for r in doc["rows"]}
-    assert seen == {(op, ph) for op in BENCH_OPS for ph in ("fwd", "bwd")}
+    phases = {op: ("fwd",) if op in OPERATOR_OF else ("fwd", "bwd") for op in BENCH_OPS}  # decode: inference
+    assert seen == {(op, ph) for op in BENCH_OPS for ph in phases[op]}
     bad = [(r["op"], r["phase"], r["errors"]) for r in doc["rows"] if r["status"] != "ok"]
     assert not bad
     for r in doc["rows"]:
-        assert r["candidate_id"] == f"{profile}.{r['op']}"
+        assert r["candidate_id"] == f"{profile}.{operator_of(r['op'])}"
         assert r["kernels_observed"], f"{r['op']} {r['phase']}: no launch recorded by the probe call"
         assert r["ratio"] == pytest.approx(0.5)
     main_grad = [r for r in doc["rows"] if r["param_grad_rule"] == "sample_blocks_main_grad"]
@@ -164,6 +165,8 @@ def test_ratio_rates_and_verdicts_follow_the_fake_times(tmp_path: Path) -> None:
         ("swiglu", "bwd", 16384, {}, ">= 85% of copy"),
         ("embedding", "bwd", 16384, {}, None),
         ("linear_logp", "fwd", 4096, {}, None),
+        ("attention_decode", "fwd", 64, {}, ">= 70% of copy (KV read)"),
+        ("attention_decode", "fwd", 1, {}, None),
     ],
 )
 def test_target_table(op: str, phase: str, m: int, dims: dict, text: str | None) -> None:
@@ -362,3 +365,39 @@ def test_json_has_no_nan(tmp_path: Path) -> None:
     assert all(
         not isinstance(v, float) or math.isfinite(v) for v in json.loads(text)["ceilings"]["copy"].values()
     )
+
+
+def _decode_point(manifest_model: str = "tiny", m: int = 3) -> Point:
+    from ws1_workload import load_manifest
+
+    dims = dict(op_shapes(load_manifest(None).model(manifest_model))["attention_decode"]["gqa_cache"])
+    dims["C"] = 40  # a short cache: the property is the wiring, not the size
+    return Point("attention_decode", "gqa_cache", m, dims)
+
+
+def test_decode_case_gives_the_candidate_the_same_math_as_its_peer() -> None:
+    """The decode bench times what it claims: the candidate's new-token rows against its cached prefix equal
+    the peer's SDPA over the whole cache. Negative control: the same call without the prefix differs."""
+    from ws1_kernels import LayoutContext, registry
+
+    p = _decode_point()
+    case = cases.CASES["attention_decode"]
+    t = case.make(p, torch.device("cpu"), torch.Generator().manual_seed(0))
+    t = {k: v.float().bfloat16() for k, v in t.items()}
+    fn = registry.resolve("portable_cpu", "attention", device="cpu").fn
+    assert case.context is not None
+    got = case.candidate(fn, t, case.context(p, t), p).float()
+    want = case.stock(t, p)[:, :, 0, :].float()
+    from ws1_contract import load_contract
+
+    tol = load_contract().resolve("forward_accuracy", "attention", "bf16")  # the contract's, no private one
+    assert torch.allclose(got, want, atol=tol.atol, rtol=tol.rtol)
+    no_prefix = LayoutContext(torch.arange(p.m), torch.zeros(p.m, dtype=torch.int64))
+    alone = case.candidate(fn, t, no_prefix, p).float()
+    assert not torch.allclose(alone, want, atol=tol.atol, rtol=tol.rtol)
+
+
+def test_decode_work_is_the_kv_cache_read() -> None:
+    p = _decode_point(m=4)
+    per_sample = (p.dims["C"] + 1) * p.dims["Hkv"] * p.dims["D"] * 2 * 2  # k and v, bf16
+    assert cases.CASES["attention_decode"].work(p, "fwd") == 4 * per_sample

@@ -37,6 +37,8 @@ class OpCase:
     grads: tuple[str, ...]  # float inputs that get gradients in the backward
     param: str | None  # the weight parameter (fp32 main_grad under sample_blocks_main_grad)
     work: Callable[[Point, str], float]  # FLOPs or bytes of one call of a phase ("fwd" or "bwd")
+    # the call's LayoutContext when it needs the inputs (a decode step's key cache); None: `context(p)`
+    context: Callable[[Point, Inputs], LayoutContext] | None = None
 
 
 def context(p: Point) -> LayoutContext:
@@ -298,6 +300,51 @@ def _attention_work(p: Point, phase: str) -> float:
     return flops if phase == "fwd" else 2.5 * flops  # backward: five matmuls for two
 
 
+# ---------------------------------------------------------------------------------------------- decode
+
+
+def _make_decode(p: Point, dev: torch.device, gen: torch.Generator) -> Inputs:
+    """M samples, each a new token at position C after C cached keys; the cache holds C + 1 rows per sample
+    (the new token's key and value at row C) so the peer reads one preallocated tensor, as a serving cache is."""
+    hq, hkv, d, c = _d(p, "Hq"), _d(p, "Hkv"), _d(p, "D"), _d(p, "C")
+    k_cache = _randn(gen, dev, p.m, c + 1, hkv, d)
+    v_cache = _randn(gen, dev, p.m, c + 1, hkv, d)
+    return {
+        "q": _randn(gen, dev, p.m, hq, d),
+        "k": k_cache[:, c].contiguous(),
+        "v": v_cache[:, c].contiguous(),
+        "k_cache": k_cache,
+        "v_cache": v_cache,
+    }
+
+
+def _decode_context(p: Point, t: Inputs) -> LayoutContext:
+    """One row per sample at position C; each sample's first C cached keys and values as its key prefix."""
+    c = _d(p, "C")
+    sample_ids = torch.arange(p.m, dtype=torch.int64)
+    positions = torch.full((p.m,), c, dtype=torch.int64)
+    prefix = {s: (t["k_cache"][s, :c], t["v_cache"][s, :c]) for s in range(p.m)}
+    return LayoutContext(sample_ids, positions, kv_prefix=prefix)
+
+
+def _decode_stock(t: Inputs, p: Point) -> Tensor:
+    """SDPA of one query per sample against its whole cache (no mask: the last position sees every key)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = t["q"][:, :, None, :]  # [B, Hq, 1, D]
+    k, v = t["k_cache"].transpose(1, 2), t["v_cache"].transpose(1, 2)  # [B, Hkv, C + 1, D] views
+    scale = _d(p, "D") ** -0.5
+    if q.device.type == "cuda":
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
+    return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
+
+
+def _decode_work(p: Point, phase: str) -> float:
+    """Bytes of the key and value cache read (bf16), which bounds a decode step."""
+    return 2.0 * p.m * (_d(p, "C") + 1) * _d(p, "Hkv") * _d(p, "D") * 2
+
+
 # ---------------------------------------------------------------------------------------------- table
 
 CASES: Mapping[str, OpCase] = {
@@ -381,6 +428,19 @@ CASES: Mapping[str, OpCase] = {
         grads=("q", "k", "v"),
         param=None,
         work=_attention_work,
+    ),
+    "attention_decode": OpCase(
+        op="attention_decode",
+        peer="F.scaled_dot_product_attention(enable_gqa=True), flash backend, one query per sample on "
+        "[B, Hkv, C + 1, D] cache views",
+        metric=GBS,
+        make=_make_decode,
+        candidate=lambda fn, t, ctx, p: fn(t["q"], t["k"], t["v"], _d(p, "D") ** -0.5, ctx),
+        stock=_decode_stock,
+        grads=(),
+        param=None,
+        work=_decode_work,
+        context=_decode_context,
     ),
 }
 

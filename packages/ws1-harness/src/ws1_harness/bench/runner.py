@@ -183,7 +183,10 @@ def make_plan(opts: Options) -> Plan:
         why = S.attention_m_error(p.m, opts.attn_seq)
         if why:
             raise _fail(why)
-    diff = {op: manifest.operators[op].differentiable for op in ops}
+    # decode is inference: forward only, whatever the operator's training mode
+    diff = {
+        op: manifest.operators[S.operator_of(op)].differentiable and op not in S.OPERATOR_OF for op in ops
+    }
     total = 0
     for op in ops:
         if _resolve(opts, op)[0] is None:
@@ -198,7 +201,7 @@ def _resolve(opts: Options, op: str) -> tuple[Any, str | None]:
     from ws1_kernels.errors import RegistryError
 
     try:
-        return registry.resolve(opts.profile, op, device=opts.device), None
+        return registry.resolve(opts.profile, S.operator_of(op), device=opts.device), None
     except RegistryError as exc:
         return None, one_line(exc).split(": ", 1)[-1]
 
@@ -362,7 +365,7 @@ def _measure_point(opts: Options, timer: Timer, cand: Any, p: S.Point, different
         for r in rows:
             r.status, r.errors = "error", {"setup": one_line(exc)}
         return rows
-    ctx = C.context(p)
+    ctx = case.context(p, inputs) if case.context is not None else C.context(p)
 
     def cand_fwd() -> torch.Tensor:
         return case.candidate(cand.fn, inputs, ctx, p)

@@ -16,6 +16,10 @@ DEFAULT_M: tuple[int, ...] = (1, 16, 64, 512, 4096, 16384)
 # Attention rows are whole samples of attn_seq tokens: 1, 4, 8 and 16 samples of 1024 tokens.
 DEFAULT_ATTN_M: tuple[int, ...] = (1024, 4096, 8192, 16384)
 DEFAULT_ATTN_SEQ = 1024
+# Decode: M samples, one new token each, against a cache of DECODE_CACHE earlier tokens per sample (the rollout
+# engine's step at batch 1, 64 and 256).
+DEFAULT_DECODE_M: tuple[int, ...] = (1, 64, 256)
+DECODE_CACHE = 4096
 
 # Operators the bench knows, in report order (the layout-only `pack` has no candidate and is never benched).
 BENCH_OPS: tuple[str, ...] = (
@@ -30,7 +34,15 @@ BENCH_OPS: tuple[str, ...] = (
     "swiglu",
     "embedding",
     "attention",
+    "attention_decode",
 )
+# A bench op that times another operator's candidate in another mode: the registry and manifest name.
+OPERATOR_OF: Mapping[str, str] = {"attention_decode": "attention"}
+
+
+def operator_of(op: str) -> str:
+    """The registry / manifest operator a bench op runs (itself, except for a mode such as decode)."""
+    return OPERATOR_OF.get(op, op)
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,8 @@ def op_shapes(
         "swiglu": {"intermediate": {"F": inter}},
         "embedding": {"vocab": {"V": vocab, "H": hidden}},
         "attention": {"gqa": {"Hq": heads, "Hkv": kv, "D": hd, "S": attn_seq}},
+        # S = 1: every sample holds one query row (the new token) at position C, after C cached keys
+        "attention_decode": {"gqa_cache": {"Hq": heads, "Hkv": kv, "D": hd, "S": 1, "C": DECODE_CACHE}},
     }
 
 
@@ -104,7 +118,8 @@ def points(
     for name, dims in shapes[op].items():
         if shape_filter and name not in shape_filter:
             continue
-        m_list = ms if ms else (DEFAULT_ATTN_M if op == "attention" else DEFAULT_M)
+        default = {"attention": DEFAULT_ATTN_M, "attention_decode": DEFAULT_DECODE_M}.get(op, DEFAULT_M)
+        m_list = ms if ms else default
         for m in m_list:
             d = dict(dims)
             if op == "attention":

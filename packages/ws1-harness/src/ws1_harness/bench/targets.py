@@ -21,6 +21,9 @@ GEMM_FWD_SMALL_M, GEMM_FWD_SMALL = 64, 0.8
 GEMM_BWD = 0.8
 # Attention vs SDPA (flash where torch picks it): forward 0.8, deterministic backward 0.7.
 ATTN_FWD, ATTN_BWD = 0.8, 0.7
+# Decode against a 4096-token cache: the key/value read at >= 70% of the copy ceiling, from batch 64 up (at batch
+# 1 the 17 MB read takes ~4 us at the ceiling, below one kernel launch: latency, not bandwidth, bounds it).
+DECODE_FRACTION, DECODE_MIN_BATCH = 0.70, 64
 # Fused selected-token logprob at 4096 x full vocab: reading the bf16 logits once at the copy ceiling.
 LOGP_MS, LOGP_ROWS, LOGP_VOCAB = 0.37, 4096, 151936
 # Memory-bound ops: >= 85% of the copy ceiling (GB/s, bytes read + written) at >= 8192 rows.
@@ -62,6 +65,10 @@ def target_for(op: str, phase: str, m: int, dims: Mapping[str, Any]) -> Target |
     if op == "attention":
         value = ATTN_FWD if phase == "fwd" else ATTN_BWD
         return Target("ratio_min", value, f"ratio >= {value}")
+    if op == "attention_decode":
+        if m < DECODE_MIN_BATCH:
+            return None
+        return Target("copy_fraction_min", DECODE_FRACTION, f">= {DECODE_FRACTION:.0%} of copy (KV read)")
     if op == "logp" and phase == "fwd" and m == LOGP_ROWS and dims.get("V") == LOGP_VOCAB:
         return Target("ms_max", LOGP_MS, f"<= {LOGP_MS} ms")
     if phase in MEMORY_BOUND.get(op, ()) and m >= COPY_MIN_ROWS:
@@ -108,6 +115,12 @@ def table() -> list[dict[str, Any]]:
         {"ops": list(GEMM_OPS), "phase": "bwd", "when": "any M", "rule": f"ratio >= {GEMM_BWD}"},
         {"ops": ["attention"], "phase": "fwd", "when": "any M", "rule": f"ratio >= {ATTN_FWD}"},
         {"ops": ["attention"], "phase": "bwd", "when": "any M", "rule": f"ratio >= {ATTN_BWD}"},
+        {
+            "ops": ["attention_decode"],
+            "phase": "fwd",
+            "when": f"batch >= {DECODE_MIN_BATCH}, cache 4096",
+            "rule": f"KV read >= {DECODE_FRACTION:.0%} of copy",
+        },
         {
             "ops": ["logp"],
             "phase": "fwd",
