@@ -61,6 +61,10 @@ class Provenance:
     # Set when code built for one arch ran on another (sm86 PTX JIT-compiled on an sm_90 card): such evidence
     # is a proxy and must never be read as a run on the named arch.
     arch_proxy: str | None = None
+    # The host CPU's vector ISA as torch dispatches it, plus its native bf16 instructions: a CPU run's cost and
+    # its stock bf16 GEMM path depend on it (without native bf16, torch's bf16 `mm` can take a scalar path
+    # that makes the full-width native lm_head baseline take hours; docs/matrix.md).
+    cpu_isa: str | None = None
     # plug-in profiles registered in this process: (profile, module, portable file, sha256 of the source). A
     # plug-in once registered itself as `portable_cpu` and its evidence could not be told from the built-in's.
     plugins: tuple[tuple[str, str, str, str | None], ...] = ()
@@ -201,6 +205,29 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or UNKNOWN
 
 
+def _cpu_isa() -> str | None:
+    """e.g. "AVX512 +avx512_bf16 +amx_bf16" or "AVX2": torch's CPU capability and the bf16 flags of the host."""
+    try:
+        import torch
+
+        isa = str(torch.backends.cpu.get_cpu_capability())
+    except (ImportError, AttributeError, RuntimeError):
+        return None
+    try:
+        flags = next(
+            (
+                ln.split(":", 1)[1].split()
+                for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("flags")
+            ),
+            [],
+        )
+    except OSError:
+        flags = []
+    bf16 = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    return " ".join([isa, *(f"+{f}" for f in bf16)])
+
+
 def _device() -> tuple[str, str, str | None, str | None, str | None]:
     """(device, device_name, capability, driver, cuda) from torch, without failing when torch is absent."""
     try:
@@ -236,5 +263,6 @@ def collect_provenance(argv: Sequence[str] | None = None) -> Provenance:
         argv=portable_command(sys.argv if argv is None else argv),
         packages=tuple((p, _version(p)) for p in _PACKAGES),
         arch_proxy=os.environ.get("WS1_ARCH_PROXY") or None,
+        cpu_isa=_cpu_isa(),
         plugins=plugin_sources(),
     )
