@@ -35,6 +35,7 @@ nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).resolve().parent
 PACKAGES = ROOT / "packages"
+MANIFEST = ROOT / "manifests" / "qwen3-8b-dense.yaml"  # the workload the sessions run and gate against
 CPU_TORCH = "torch==2.13.0"  # the CPU wheel served locally; an unpinned torch pulls a multi-GB CUDA build
 TEST_DEPS = ["pytest", "pytest-xdist", "hypothesis", "numpy<2.4"]  # triton 3.6 breaks with numpy 2.4
 HF_DEPS = ["transformers", "safetensors"]
@@ -384,13 +385,17 @@ def gate(session: nox.Session) -> None:
     if problem is not None:
         session.error(f"gate: {problem}")
     if session.venv_backend != "none":
-        session.install("jsonschema", "pyyaml", CPU_TORCH, "matplotlib")
+        session.install("jsonschema", "pyyaml", "matplotlib")  # the verdict side: no torch
     _install_packages(session, ["ws1-harness"])
     out = _evidence_dir(session, "gate")
     merged = out / "merged.json"
+    # the contract and manifest of this checkout: the gate compares the evidence's fingerprints with them
+    refs = ["--contract", str(ROOT / "contracts" / "tolerance.json"), "--manifest", str(MANIFEST)]
     session.run("ws1", "merge", *session.posargs, "--out", str(merged), external=True)
     session.run("ws1", "report", str(merged), "--out", str(out), external=True)
-    session.run("ws1", "gate", "--full", str(merged), external=True)  # every operator, tier, full widths
+    session.run(
+        "ws1", "gate", "--full", *refs, str(merged), external=True
+    )  # every operator, tier, full widths
 
 
 if __name__ == "__main__":  # pragma: no cover - nox is the entry point

@@ -6,6 +6,7 @@ a byte-identical copy as package data, so `pip install packages/<dist>` works wi
 
     contracts/*.json  -> packages/ws1-contract/src/ws1_contract/data/
     manifests/*.yaml  -> packages/ws1-workload/src/ws1_workload/data/
+    manifests/*.yaml  -> packages/ws1-harness/src/ws1_harness/data/   (the gate reads it without torch)
 
 `python ci/sync_package_data.py` writes changed copies and removes orphan copies (a copy whose source is gone);
 `--check` writes nothing and exits 1 when anything is out of sync. `tests/test_package_data_in_sync.py` uses
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MAPPINGS: tuple[tuple[str, str, str], ...] = (
     ("contracts", "*.json", "packages/ws1-contract/src/ws1_contract/data"),
     ("manifests", "*.yaml", "packages/ws1-workload/src/ws1_workload/data"),
+    ("manifests", "*.yaml", "packages/ws1-harness/src/ws1_harness/data"),
 )
 
 

@@ -200,9 +200,30 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     b.add_argument("--attn-seq", type=int, default=1024, help="attention sample length S (default 1024)")
 
 
+# What the execution commands need beyond the torch-free verdict side (`pip install "ws1-harness[run]"`).
+RUN_MODULES = ("torch", "ws1_workload", "ws1_kernels")
+
+
+def require_run_extra(command: str) -> None:
+    """Refuse an execution command in an install of the verdict side alone, with one line saying what to add.
+
+    `ws1 gate`, `merge` and `report` need no torch (a gate machine need not have it); `matrix`, `bench` and
+    `chain` run candidates and need torch and the workload and kernel packages.
+    """
+    import importlib.util
+
+    missing = [m for m in RUN_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(
+            f"ws1 {command}: needs {', '.join(missing)}, which this install lacks "
+            '(pip install "ws1-harness[run]", or the editable packages; docs/architecture.md)'
+        )
+
+
 def _cmd_matrix(args: argparse.Namespace) -> int:
     import importlib
 
+    require_run_extra("matrix")
     out_dir(args.out, "matrix")  # before torch is imported: a typo costs no time
     matrix = importlib.import_module("ws1_harness.matrix")  # lazy: needs torch and the kernels
     return int(matrix.run_matrix(args))
@@ -273,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report":
             return _cmd_report(args)
         if args.command == "bench":
+            require_run_extra("bench")
             from ws1_harness.bench.runner import run_cli
 
             return run_cli(args, argv)

@@ -21,7 +21,6 @@ recomputes the digests. docs/gate.md says so. No torch is imported here: the man
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -110,11 +109,9 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def packaged_manifest_path() -> Path:
-    """The manifest ws1_workload ships, found without importing it (importing it would import torch)."""
-    spec = importlib.util.find_spec("ws1_workload")
-    if spec is None or not spec.submodule_search_locations:
-        raise GateReferenceError("manifest: ws1_workload is not installed; pass --manifest PATH")
-    return Path(next(iter(spec.submodule_search_locations))) / "data" / PACKAGED_MANIFEST
+    """The manifest this package ships (a byte-identical copy of the repository's, kept so by
+    ci/sync_package_data.py), read without importing ws1_workload, which would import torch."""
+    return Path(__file__).resolve().parent / "data" / PACKAGED_MANIFEST
 
 
 def load_manifest_info(path: str | Path | None = None) -> ManifestInfo:
