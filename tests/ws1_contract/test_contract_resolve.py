@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,8 @@ IN_SCOPE = [(j, c, d, cell) for j, c, d, cell in cells(DOC) if cell["status"] in
 UNJUDGED = [
     (j, c, d, cell) for j, c, d, cell in cells(DOC) if cell["status"] not in ("applicable", "optional")
 ]
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +119,9 @@ def test_provisional_bf16_cells_carry_the_published_figures(contract: Contract) 
             "logprob": (5e-2, 0.0),
         },
     }
+    evidence = json.loads(
+        (REPO / "docs/evidence/calibration-cpu/calibration.json").read_text(encoding="utf-8")
+    )
     checked = 0
     for judgment, rows in published.items():
         for op_class, (atol, rtol) in rows.items():
@@ -122,7 +129,12 @@ def test_provisional_bf16_cells_carry_the_published_figures(contract: Contract) 
             assert spec.calibration is not None
             if spec.calibration.status == "provisional":
                 assert (spec.atol, spec.rtol) == (atol, rtol), (judgment, op_class)
-                checked += 1
+            else:  # a calibrated cell carries exactly the figures of the committed calibration evidence
+                measured = evidence["groups"][f"{judgment}/{op_class}/bf16"]
+                assert (spec.atol, spec.rtol) == (measured["atol"], measured["rtol"]), (judgment, op_class)
+                assert spec.calibration.active_tokens == measured["active_tokens"]
+                assert "docs/evidence/calibration-cpu/calibration.json" in spec.calibration.source
+            checked += 1
     assert checked == sum(len(rows) for rows in published.values())
 
 

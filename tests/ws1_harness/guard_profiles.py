@@ -29,12 +29,14 @@ def portable(op: str) -> Candidate:
 
 
 def mix_rows(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    """Adds a bounded share of the call's first row to every row: within the accuracy tolerance (atol 5e-2),
-    above the bf16 ulp, so only the invariance judgments can see it."""
+    """Adds a bounded share of the call's first row to every row: at most 2^-12, so the output and the
+    gradients (where the first row gathers 2^-12 of every row's upstream gradient) stay within the calibrated
+    gemm accuracy tolerance (atol 7.9e-3 plus 1.56e-2 |r|), while the bits of small outputs change: only the
+    invariance judgments can see it."""
 
     def wrapped(*args: object) -> Tensor:
         out = fn(*args)
-        return out + out[:1].clamp(-1.0, 1.0) * 0.03125
+        return out + out[:1].clamp(-1.0, 1.0) * 2.0**-12
 
     return wrapped
 

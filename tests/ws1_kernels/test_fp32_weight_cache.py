@@ -35,3 +35,20 @@ def test_a_new_tensor_never_sees_the_copy_of_a_dead_one() -> None:
         w = torch.randn(64, 32, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
         assert torch.equal(fp32_weight(w), w.float())
         del w
+
+
+def test_write_through_data_invalidates_the_cache() -> None:
+    """A trainer syncing weights writes through `.data`, which bumps no version counter: the content decides."""
+    w = torch.randn(64, 32).to(torch.bfloat16)
+    version = w._version
+    fp32_weight(w)
+    w.data.copy_(torch.randn(64, 32).to(torch.bfloat16))
+    assert w._version == version  # the write the version key alone cannot see
+    assert torch.equal(fp32_weight(w), w.float())
+
+
+def test_sign_of_zero_is_content() -> None:
+    w = torch.zeros(8, 8, dtype=torch.bfloat16)
+    fp32_weight(w)
+    w.data[0, 0] = -0.0  # equal as numbers, different bits
+    assert torch.signbit(fp32_weight(w)[0, 0])

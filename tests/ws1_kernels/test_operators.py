@@ -32,6 +32,12 @@ def test_forward_and_backward_match_fp32_reference(profile: str, op: str) -> Non
     ref = run_reference(
         getattr(reference, op), case, BATCH, upstream(case, BATCH, res.out.shape, res.out.dtype)
     )
+    if (profile, op) == ("native_torch", "linear_logp"):
+        # stock F.linear rounds the logits to bf16 before the logprob: the fault the calibrated logprob threshold
+        # must catch (docs/contract.md), so here it must fail
+        with pytest.raises(AssertionError, match="out of tolerance"):
+            assert_close(f"{op} forward", res.out, ref.out, "forward_accuracy", op)
+        return
     assert_close(f"{op} forward", res.out, ref.out, "forward_accuracy", op)
     assert set(res.grads) == set(case.rows)
     for name, g in res.grads.items():

@@ -1,24 +1,102 @@
-"""Fixtures: tiers as the issue defines them, token ids inside the vocab, bytes identical across runs."""
+"""Fixtures: tiers, token ids inside the vocab, every hard case present, bytes identical across runs."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
+import pytest
 import torch
 
-from ws1_workload import build_fixture, load_manifest
+from ws1_workload import WorkloadError, build_fixture, load_manifest
 from ws1_workload.digest import fixture_digest
+from ws1_workload.fixtures import make_fixture
+from ws1_workload.hardcases import KNOWN_CASES, check_block_edge_coverage, check_case, check_hard_cases
 
 
 def test_tier_shapes(manifest):
     short, primary, long = (build_fixture(manifest, t) for t in ("short", "primary", "long"))
-    assert [s.length for s in short.samples] == [8]
-    assert [s.length for s in primary.samples] == [11, 16, 13, 19]
+    assert [s.length for s in short.samples] == [17, 15]
+    assert [s.length for s in primary.samples] == [33, 31, 16, 2]
     lengths = [s.length for s in long.samples]
     for tile in (64, 128, 256, 1024):
         assert any(n > tile and n % tile for n in lengths), tile  # some sample crosses the tile boundary
+
+
+@pytest.mark.parametrize("model", [None, "tiny", "qwen3-8b"])
+def test_every_hard_case_is_present_in_every_tier_it_lists(manifest, model):
+    findings = check_hard_cases(manifest, model)
+    listed = {(name, tier) for name, spec in manifest.hard_cases.items() for tier in spec.tiers}
+    assert listed <= {(f.case, f.tier) for f in findings}
+    assert set(manifest.hard_cases) == set(KNOWN_CASES)  # every case the checks know is named in the manifest
+    missing = [f for f in findings if not f.present]
+    assert not missing, missing
+
+
+def test_edge_ids_follow_the_model_vocab(manifest):
+    for model in manifest.models:
+        fx = build_fixture(manifest, "short", model)
+        vocab = manifest.model(model).vocab
+        assert fx.vocab == vocab and int(fx.token_ids.max()) == vocab - 1
+        assert int(fx.token_ids.min()) == 0
+
+
+@pytest.mark.parametrize(
+    ("case", "lengths", "prompts"),
+    [
+        ("repeated_id_within_sample", [3, 3], [1, 1]),  # two completion tokens per sample: 0/V-1 once each
+        ("repeated_id_across_samples", [2], [1]),  # one sample
+        ("block_edge_lengths", [20, 40], [5, 5]),
+        ("padded_layouts_pad", [8, 8], [3, 3]),  # lengths equal to the pad multiple
+        ("single_row_call", [6, 6], [5, 5]),  # both samples decode together
+        ("decode_crosses_key_block", [60, 30], [10, 10]),
+        ("id_last", [8], [3]),
+    ],
+)
+def test_a_fixture_without_the_case_fails_its_check(manifest, case, lengths, prompts):
+    """Negative controls: each check says absent where the case is absent."""
+    fx = make_fixture(
+        "negative",
+        lengths,
+        prompts,
+        pad_id=0,
+        token_id_limit=manifest.token_id_limit,
+        hard_rows=manifest.hard_rows,
+    )
+    if case == "id_last":
+        fx = replace(fx, vocab=fx.vocab + 1)  # V-1 never drawn: the fixture's ids stop below it
+    assert not check_case(manifest.hard_cases[case], manifest, fx).present
+
+
+def test_row_cases_fail_without_hard_rows(manifest):
+    fx = make_fixture("negative", [17, 15], [12, 11], pad_id=0, token_id_limit=manifest.token_id_limit)
+    for case in ("signed_zero_rows", "tiny_norm_rows", "large_logit_rows"):
+        assert not check_case(manifest.hard_cases[case], manifest, fx).present, case
+
+
+def test_unknown_or_malformed_hard_cases_are_refused(write_manifest):
+    def unknown(doc):
+        doc["fixtures"]["hard_cases"]["nan_rows"] = {"what": "x", "tiers": ["short"]}
+
+    def no_inputs(doc):
+        del doc["fixtures"]["hard_cases"]["tiny_norm_rows"]["inputs"]
+
+    def bad_input(doc):
+        doc["fixtures"]["hard_cases"]["tiny_norm_rows"]["inputs"] = ["norm.x"]
+
+    for edit, words in ((unknown, "unknown hard case"), (no_inputs, "needs 'inputs'"), (bad_input, "chain")):
+        with pytest.raises(WorkloadError, match=words):
+            load_manifest(write_manifest(edit))
+
+
+def test_coverage_of_block_edges_is_checked_across_tiers(manifest):
+    spec = manifest.hard_cases["block_edge_lengths"]
+    assert check_block_edge_coverage(spec, manifest).present
+    wider = replace(spec, blocks=(*spec.blocks, 256))  # 255 and 257 are no sample's length
+    finding = check_block_edge_coverage(wider, manifest)
+    assert not finding.present and "255" in finding.detail
 
 
 def test_masks_ids_and_offsets(manifest):
@@ -28,7 +106,6 @@ def test_masks_ids_and_offsets(manifest):
         for s in fx.samples:
             assert s.token_ids.dtype == torch.int64 and s.token_ids.shape == (s.length,)
             assert int(s.token_ids.min()) >= 0 and int(s.token_ids.max()) < manifest.token_id_limit
-            assert not bool((s.token_ids == manifest.pad_id).any())
             assert torch.equal(s.active, torch.arange(s.length) >= s.prompt_len)
             assert 0 < s.prompt_len < s.length
         assert fx.offsets[0] == 0 and len(fx.logical_keys) == fx.total_tokens == len(fx.token_ids)

@@ -154,9 +154,16 @@ def test_manifest_layouts_on_primary(manifest):
     assert [c.sample_ids.unique().tolist() for c in lay["split_1"].calls] == [[0], [1], [2], [3]]
     assert [c.sample_ids.unique().tolist() for c in lay["split_half"].calls] == [[0, 1], [2, 3]]
     right, left = lay["padded_right"].calls[0], lay["padded_left"].calls[0]
-    assert right.grid == left.grid == (4, 24)
-    grid_r, grid_l = right.sample_ids.view(4, 24), left.sample_ids.view(4, 24)
-    assert grid_r[0, 10] == 0 and grid_r[0, 11] == -1 and grid_l[0, 12] == -1 and grid_l[0, 13] == 0
+    multiple = manifest.layout("padded_right").params["pad_to_multiple"]
+    width = -(-max(s.length for s in fx.samples) // multiple) * multiple
+    assert right.grid == left.grid == (4, width)
+    grid_r, grid_l = right.sample_ids.view(4, width), left.sample_ids.view(4, width)
+    n0 = fx.samples[0].length
+    pads = width - n0
+    assert pads > 0, "the padded layout must pad the first sample"
+    assert (
+        grid_r[0, n0 - 1] == 0 and grid_r[0, n0] == -1 and grid_l[0, pads - 1] == -1 and grid_l[0, pads] == 0
+    )
     order = [
         s
         for i, s in enumerate(lay["permuted"].calls[0].sample_ids.tolist())

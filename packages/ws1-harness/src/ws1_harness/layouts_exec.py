@@ -10,8 +10,10 @@ instead of running the candidate again for each judgment.
 from __future__ import annotations
 
 import hashlib
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -20,7 +22,9 @@ from ws1_kernels.reference import fp32_math
 from ws1_workload import Layout, PhysicalCall, restore
 
 from .adapters import OperatorAdapter
+from .compare import Comparison
 from .observe import Observation, observe
+from .status import ReasonCode
 
 Tensor = torch.Tensor
 
@@ -30,6 +34,23 @@ PARAM_RULE_AUTOGRAD = "autograd_accumulate"
 
 class MissingBackwardError(RuntimeError):
     """The candidate's output cannot be differentiated: a categorised failure, not a crash."""
+
+
+def crash_text(exc: BaseException) -> dict[str, str]:
+    """One line saying what a candidate raised and where (the innermost frame)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+    return {"why": f"{type(exc).__name__}: {exc}".splitlines()[0], "at": where}
+
+
+def same_bits(a: Tensor, b: Tensor) -> bool:
+    """Bit-for-bit equality (shape, dtype and raw bits: +0 differs from -0, a NaN equals only its own bits)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.is_floating_point:
+        width = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return torch.equal(a.detach().view(width), b.detach().view(width))
+    return torch.equal(a.detach(), b.detach())
 
 
 @dataclass
@@ -56,6 +77,13 @@ class LayoutRun:
     forward_obs: Observation = field(default_factory=Observation)
     backward_obs: Observation = field(default_factory=Observation)
     backward_error: str | None = None
+    # a backward that raised (not a missing backward): {"why", "at"}; the forward results stand
+    backward_crash: dict[str, str] | None = None
+    # the first call whose output had the wrong shape or dtype: a failed comparison (shape_mismatch or
+    # dtype_mismatch); the layout stops there and `output` stays empty
+    output_problem: Comparison | None = None
+    # every input or parameter the candidate changed: {"tensor", "call", "pass"} (bit-for-bit check)
+    modified: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _pad_noise(case_id: str, name: str, layout: str, call: int, shape: tuple[int, ...]) -> Tensor:
@@ -188,6 +216,8 @@ def run_layout(
                 physical[spec.name] = x.requires_grad_(train and spec.differentiable)
             else:
                 physical[spec.name] = gather_rows(logical, index, _integer_pad(logical, pad_id, n))
+        # what the candidate got, kept to check bit for bit that it leaves its inputs as it got them
+        given = {name: t.detach().clone() for name, t in physical.items()}
         ctx = LayoutContext(
             sample_ids=call.sample_ids.clone(),
             positions=call.positions.clone(),
@@ -195,9 +225,16 @@ def run_layout(
         )
         with observe(watch_launches, watch_ops) as fwd_obs:
             out = adapter.invoke(fn, physical, params, ctx)
+        if not fwd_obs.saw_kernel:
+            fwd_obs.silent_calls.append({"layout": layout.name, "call": call.index})
         run.forward_obs.merge(fwd_obs)
+        _check_unchanged(run, physical, given, params, inputs, call.index, "forward")
+        problem = _output_problem(out, n, adapter, layout.name, call.index)
+        if problem is not None:
+            run.output_problem = problem
+            return run
         outputs.append(out.detach())
-        if not train or run.backward_error is not None:
+        if not train or run.backward_error is not None or run.backward_crash is not None:
             continue
         assert inputs.upstream is not None
         upstream = gather_rows(inputs.upstream, index, None).to(out.dtype)
@@ -206,10 +243,18 @@ def run_layout(
                 raise MissingBackwardError("output does not require grad: the candidate has no backward")
             with observe(watch_launches, watch_ops) as bwd_obs:
                 torch.autograd.backward(out, upstream)
+            if not bwd_obs.saw_kernel:
+                bwd_obs.silent_calls.append({"layout": layout.name, "call": call.index})
             run.backward_obs.merge(bwd_obs)
         except (MissingBackwardError, NotImplementedError) as exc:
             run.backward_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
             continue
+        except (
+            Exception
+        ) as exc:  # a backward that crashes: the gradient judgments are errors, the forward stands
+            run.backward_crash = {**crash_text(exc), "call": str(call.index)}
+            continue
+        _check_unchanged(run, physical, given, params, inputs, call.index, "backward")
         for name in adapter.grad_inputs:
             g = physical[name].grad
             if g is None:
@@ -217,13 +262,67 @@ def run_layout(
                 break
             grads[name].append(g.detach())
     run.output = restore(layout, outputs)
-    if train and run.backward_error is None:
+    if train and run.backward_error is None and run.backward_crash is None:
         run.token_grads = {name: restore(layout, parts) for name, parts in grads.items()}
         try:
             run.param_grads = _read_param_grads(params, param_rule)
         except MissingBackwardError as exc:
             run.backward_error = str(exc)
     return run
+
+
+def _output_problem(
+    out: Any, rows: int, adapter: OperatorAdapter, layout: str, call: int
+) -> Comparison | None:
+    """A failed comparison when a call's output is not `[rows, *output_row_shape]` of the operator's dtype.
+
+    Checked on every call, before its backward: a wrong shape is reported as such, not as the exception that a
+    restore or a backward seeded with the wrong shape would raise later.
+    """
+    expected = [rows, *adapter.output_row_shape]
+    if not isinstance(out, torch.Tensor) or list(out.shape) != expected:
+        found = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        return Comparison(
+            False,
+            ReasonCode.SHAPE_MISMATCH.value,
+            {"layout": layout, "call": call, "actual_shape": found, "expected_shape": expected},
+        )
+    if out.dtype != adapter.output_dtype:
+        return Comparison(
+            False,
+            ReasonCode.DTYPE_MISMATCH.value,
+            {
+                "layout": layout,
+                "call": call,
+                "actual_dtype": str(out.dtype),
+                "expected_dtype": str(adapter.output_dtype),
+            },
+        )
+    return None
+
+
+def _check_unchanged(
+    run: LayoutRun,
+    physical: Mapping[str, Tensor],
+    given: Mapping[str, Tensor],
+    params: Mapping[str, Tensor],
+    inputs: LogicalInputs,
+    call: int,
+    phase: str,
+) -> None:
+    """Record every input or parameter whose bits the candidate changed during one pass of one call.
+
+    Bit for bit, not by `_version`: a write through `.data` (as a trainer's weight sync does) bumps no
+    version counter. Inputs are compared with the copy taken before the call, parameters with the logical
+    parameter they were cloned from; a tensor is reported once, at the first pass that changed it.
+    """
+    seen = {m["tensor"] for m in run.modified}
+    for name, t in physical.items():
+        if name not in seen and not same_bits(t, given[name]):
+            run.modified.append({"tensor": name, "call": call, "pass": phase})
+    for name, leaf in params.items():
+        if name not in seen and not same_bits(leaf, inputs.params[name]):
+            run.modified.append({"tensor": name, "call": call, "pass": phase})
 
 
 def run_reference(

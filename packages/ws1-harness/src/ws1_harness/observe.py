@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ws1_kernels import launches
@@ -49,15 +50,34 @@ BOOKKEEPING_OPS: frozenset[str] = frozenset(
 )
 
 
+# Matrix products that a stock fallback runs in the candidate's own dtype. Dispatched with a bf16 or fp16 operand
+# they are recorded as `<op>:bf16` / `<op>:fp16`: a quiet fallback to `F.linear` dispatches `aten.t` and `aten.mm`
+# like a candidate that runs fixed-shape fp32 `aten.mm` blocks, and only the operand dtype tells them apart.
+LOW_PRECISION_GEMMS: frozenset[str] = frozenset(
+    {"aten.mm", "aten.addmm", "aten.addmm_", "aten.bmm", "aten.baddbmm", "aten.addbmm", "aten.matmul"}
+)
+_LOW_PRECISION = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _gemm_dtype(args: Any) -> str | None:
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.dtype in _LOW_PRECISION:
+            return _LOW_PRECISION[a.dtype]
+    return None
+
+
 class _OpRecorder(TorchDispatchMode):
-    """Records the overload packet name (`aten.mm`) of every op dispatched while active."""
+    """Records the overload packet name (`aten.mm`) of every op dispatched while active; a matrix product with
+    a bf16 or fp16 operand as `aten.mm:bf16` (see LOW_PRECISION_GEMMS)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: set[str] = set()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops.add(str(func.overloadpacket))
+        name = str(func.overloadpacket)
+        low = _gemm_dtype(args) if name in LOW_PRECISION_GEMMS else None
+        self.ops.add(name if low is None else f"{name}:{low}")
         return func(*args, **(kwargs or {}))
 
 
@@ -77,12 +97,21 @@ class Observation:
     ops: set[str] = field(default_factory=set)
     launched: set[str] = field(default_factory=set)
     mismatches: list[dict[str, list[str]]] = field(default_factory=list)
+    # one record ({"layout", "call"}) per physical call in which nothing was recorded or launched: a merged
+    # observation would hide a call that ran something unrecorded among calls that did record
+    silent_calls: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def saw_kernel(self) -> bool:
+        """Whether anything was recorded at a launch site or launched."""
+        return bool(self.kernels or self.launched)
 
     def merge(self, other: Observation) -> None:
         self.kernels |= other.kernels
         self.ops |= other.ops
         self.launched |= other.launched
         self.mismatches.extend(other.mismatches)
+        self.silent_calls.extend(other.silent_calls)
 
     def undeclared_ops(self, declared: frozenset[str]) -> list[str]:
         """Dispatched ops the candidate did not declare, bookkeeping excepted, sorted."""

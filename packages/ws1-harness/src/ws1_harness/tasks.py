@@ -144,8 +144,14 @@ def execute_task(task: UnitTask) -> list[dict[str, Any]]:
     try:
         cand = registry.resolve(task.profile, task.operator, device=device)
     except registry.CandidateUnavailable as exc:
-        status = "pending_arch" if exc.hardware_only else "red"
-        reason = "arch_unavailable" if status == "pending_arch" else "candidate_unavailable"
+        if exc.hardware_only:
+            status, reason = "pending_arch", "arch_unavailable"
+        elif op_spec.optional and task.operator not in registry.candidates(task.profile):
+            # an optional node (linear_logp) the profile registers no candidate for: an explained na; a
+            # candidate that exists but cannot run stays red below
+            status, reason = "na", "optional_not_provided"
+        else:
+            status, reason = "red", "candidate_unavailable"
         return [asdict(r) for r in _records(task, status, reason, {"why": str(exc)})]
     # the registry's candidate is what runs, so its kernel ids are the declaration
     under_test = CandidateUnderTest(
@@ -158,7 +164,7 @@ def execute_task(task: UnitTask) -> list[dict[str, Any]]:
         stock=cand.stock,
     )
     adapter = _adapters(task.manifest_path, task.model)[task.operator]
-    fixture = build_fixture(manifest, task.tier)
+    fixture = build_fixture(manifest, task.tier, task.model)  # V-1 is the model's last token id
     model = manifest.model(task.model)
     try:
         result = run_unit(

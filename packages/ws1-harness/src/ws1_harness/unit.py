@@ -18,8 +18,9 @@ from ws1_contract import Contract
 from ws1_workload import Fixture, Layout, LayoutSpec, build_layout, logical_tensor
 
 from .adapters import OperatorAdapter, shared_param
+from .cells import check_record
 from .compare import Comparison, bitwise_equal, tolerance_check
-from .layouts_exec import LayoutRun, LogicalInputs, run_layout, run_reference
+from .layouts_exec import LayoutRun, LogicalInputs, crash_text, run_layout, run_reference
 from .observe import Observation
 
 Tensor = torch.Tensor
@@ -52,6 +53,25 @@ class JudgmentResult:
     reason_code: str | None = None
     diagnostics: dict[str, Any] = field(default_factory=dict)
     layouts: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, reason: str, detail: Mapping[str, Any], status: str = "red") -> None:
+        """Add a reason that applies beside those already found; every one is kept.
+
+        `reason_code` stays the first reason found (a comparison outcome when there is one, since those are
+        found first); `diagnostics["reasons"]` lists them all, and `detail` is merged into the diagnostics
+        (where it applies: the undeclared ops, the silent calls, the crashed layouts). A red
+        verdict outranks an error: a definite failure stands even when another layout could not be judged.
+        """
+        reasons = self.diagnostics.setdefault(
+            "reasons", [] if self.reason_code is None else [self.reason_code]
+        )
+        if reason not in reasons:
+            reasons.append(reason)
+        self.diagnostics.update(detail)
+        if self.status == "green":
+            self.status, self.reason_code = status, reason
+        elif self.status == "error" and status == "red":
+            self.status = "red"
 
 
 @dataclass
@@ -98,9 +118,9 @@ def logical_inputs(
         elif spec.kind == "target":
             tokens[spec.name] = next_ids
         else:
-            x = logical_tensor(
-                case_id, f"{adapter.operator}.{spec.name}", keys, spec.row_shape, torch.bfloat16
-            )
+            name = f"{adapter.operator}.{spec.name}"
+            kinds = fixture.hard_rows.get(name, ())
+            x = logical_tensor(case_id, name, keys, spec.row_shape, torch.bfloat16, hard_rows=kinds)
             tokens[spec.name] = (x.float() * spec.scale).to(torch.bfloat16)
     # A weight belongs to the model, not to the batch: the caller names it by (operator, model) in `param_case`,
     # so every tier of an operator judges the same weight and the worker generates a [151936, 4096] weight once
@@ -109,15 +129,16 @@ def logical_inputs(
     params = {p.name: shared_param(f"{seed}|{adapter.operator}", p) for p in adapter.params}
     upstream = None
     if train:
+        # N(0, 1) on active tokens, zero on prompts: gradients of order one, so an absolute threshold judges
+        # them (dividing by the active-token count, as a mean loss does, made every gradient tiny against it)
         active = torch.cat([s.active for s in samples]).bool()
-        n_active = int(active.sum())
-        if n_active == 0:
+        if not bool(active.any()):
             raise ValueError(f"fixture {fixture.tier}: no active token; the gradient judgments need one")
         g = logical_tensor(
             case_id, f"{adapter.operator}.upstream", keys, adapter.output_row_shape, torch.float32
         ).float()
         mask = active.reshape(-1, *([1] * len(adapter.output_row_shape))).float()
-        upstream = (g * mask / n_active).to(adapter.output_dtype)
+        upstream = (g * mask).to(adapter.output_dtype)
     dev = torch.device(device)
     tokens = {name: t.to(dev) for name, t in tokens.items()}
     params = {name: p.to(dev) for name, p in params.items()}
@@ -135,42 +156,93 @@ def _combine(results: Mapping[str, Comparison]) -> tuple[bool, str | None, dict[
 
 
 def _per_layout(results: Mapping[str, Comparison]) -> list[dict[str, Any]]:
-    """Group invariance comparisons named `<layout>` or `<layout>.<tensor>` into one record per layout."""
+    """Group invariance comparisons named `<layout>` or `<layout>.<tensor>` into one record per layout.
+
+    Each record carries one check per tensor (`output` for the forward comparison): the gate re-judges the
+    layout's verdict from them.
+    """
     grouped: dict[str, dict[str, Comparison]] = {}
     for name, comparison in results.items():
         grouped.setdefault(name.split(".", 1)[0], {})[name] = comparison
     out = []
     for layout, comps in grouped.items():
         passed, reason, diagnostics = _combine(comps)
-        out.append({"layout": layout, "passed": passed, "reason_code": reason, "diagnostics": diagnostics})
+        checks = [
+            check_record(name.split(".", 1)[1] if "." in name else "output", "bitwise", c.to_json())
+            for name, c in comps.items()
+        ]
+        out.append(
+            {
+                "layout": layout,
+                "passed": passed,
+                "reason_code": reason,
+                "diagnostics": diagnostics,
+                "checks": checks,
+            }
+        )
     return out
 
 
+def _accuracy_layout(layout: str, results: Mapping[str, Comparison]) -> dict[str, Any]:
+    """The one layout record of an accuracy judgment: the canonical layout, one tolerance check per tensor."""
+    passed, reason, _ = _combine(results)
+    checks = [check_record(name, "tolerance", c.to_json()) for name, c in results.items()]
+    return {"layout": layout, "passed": passed, "reason_code": reason, "diagnostics": {}, "checks": checks}
+
+
 def _verdict(
-    judgment: str, results: Mapping[str, Comparison], extra: Mapping[str, Any], per_layout: bool = False
+    judgment: str,
+    results: Mapping[str, Comparison],
+    extra: Mapping[str, Any],
+    per_layout: bool = False,
+    canonical: str | None = None,
 ) -> JudgmentResult:
+    """All comparisons must pass. Invariance (`per_layout`) records one layout result per compared layout;
+    accuracy records one for the `canonical` layout it compared on."""
     if not results:
         return JudgmentResult(judgment, "red", "not_run", {"why": "no comparison was made", **extra})
     passed, reason, diagnostics = _combine(results)
-    layouts = _per_layout(results) if per_layout else []
+    if per_layout:
+        layouts = _per_layout(results)
+    else:
+        layouts = [] if canonical is None else [_accuracy_layout(canonical, results)]
     if per_layout:
         diagnostics = {"failed_layouts": [lr["layout"] for lr in layouts if not lr["passed"]]}
     return JudgmentResult(judgment, "green" if passed else "red", reason, {**diagnostics, **extra}, layouts)
 
 
-def _observation_problem(obs: Observation, cand: CandidateUnderTest) -> tuple[str, dict[str, Any]] | None:
-    """A launch or dispatch the profile did not declare makes the judgments that read it red."""
-    if not obs.kernels and not obs.launched:
-        return "no_kernel_observed", {"observed_kernels": []}
+def _observation_problems(obs: Observation, cand: CandidateUnderTest) -> list[tuple[str, dict[str, Any]]]:
+    """Every observation problem of one pass (forward or backward), each with where it was seen.
+
+    A call in which nothing was recorded or launched is `no_kernel_observed` with its layout and call index,
+    even when the other calls did record: observation merged over a unit would not notice one call that ran
+    something unrecorded.
+    """
+    problems: list[tuple[str, dict[str, Any]]] = []
+    if obs.silent_calls:
+        problems.append(
+            (
+                "no_kernel_observed",
+                {"silent_calls": obs.silent_calls[:8], "n_silent_calls": len(obs.silent_calls)},
+            )
+        )
     undeclared_kernels = sorted(k for k in obs.kernels | obs.launched if k not in cand.declared_kernels)
     if undeclared_kernels:
-        return "undeclared_kernel", {"undeclared_kernels": undeclared_kernels}
+        problems.append(("undeclared_kernel", {"undeclared_kernels": undeclared_kernels}))
     if obs.mismatches:
-        return "kernel_mismatch", {"calls": obs.mismatches[:4], "mismatched_calls": len(obs.mismatches)}
+        problems.append(
+            ("kernel_mismatch", {"calls": obs.mismatches[:4], "mismatched_calls": len(obs.mismatches)})
+        )
     undeclared_ops = [] if cand.stock else obs.undeclared_ops(cand.declared_ops)
     if undeclared_ops:
-        return "undeclared_op", {"undeclared_ops": undeclared_ops}
-    return None
+        problems.append(("undeclared_op", {"undeclared_ops": undeclared_ops}))
+    return problems
+
+
+def _observation_problem(obs: Observation, cand: CandidateUnderTest) -> tuple[str, dict[str, Any]] | None:
+    """The first of `_observation_problems`, or None."""
+    problems = _observation_problems(obs, cand)
+    return problems[0] if problems else None
 
 
 def device_record(t: Tensor) -> dict[str, Any]:
@@ -237,86 +309,126 @@ def run_unit(
 
     canon_layout = build_layout(fixture, canon_spec)
     reference = run_reference(cand.reference, adapter, canon_layout, inputs, train=train)
-    canon = execute(canon_layout)
-    ran_on = device_record(canon.output)
     fwd_obs, bwd_obs = Observation(), Observation()
-    fwd_obs.merge(canon.forward_obs)
-    bwd_obs.merge(canon.backward_obs)
-    layout_info: dict[str, Any] = {canon.layout: {"kind": canon.kind, "calls": canon.n_calls}}
+    layout_info: dict[str, Any] = {}
+    # what a layout's failure to run means for each pass: {layout: {"why", "at"}}
+    fwd_crashes: dict[str, dict[str, str]] = {}
+    bwd_crashes: dict[str, dict[str, str]] = {}
+    backward_errors: dict[str, str] = {}
+    modified: dict[str, list[dict[str, Any]]] = {"forward": [], "backward": []}
+
+    def absorb(run: LayoutRun) -> None:
+        fwd_obs.merge(run.forward_obs)
+        bwd_obs.merge(run.backward_obs)
+        layout_info[run.layout] = {"kind": run.kind, "calls": run.n_calls}
+        for m in run.modified:
+            modified[m["pass"]].append({"layout": run.layout, **m})
+        if run.backward_crash is not None:
+            bwd_crashes[run.layout] = run.backward_crash
+        elif run.backward_error is not None:
+            backward_errors[run.layout] = run.backward_error
+
+    def crashed(spec: LayoutSpec, exc: Exception) -> None:
+        fwd_crashes[spec.name] = crash_text(exc)
+        if train and spec.kind == "training":
+            bwd_crashes[spec.name] = fwd_crashes[spec.name]
 
     judgments: dict[str, JudgmentResult] = {}
-    # forward_accuracy: the candidate's canonical output vs the fp32 reference.
-    if canon.output.dtype != adapter.output_dtype:
-        judgments["forward_accuracy"] = JudgmentResult(
-            "forward_accuracy",
-            "red",
-            "dtype_mismatch",
-            {"expected": str(adapter.output_dtype), "found": str(canon.output.dtype)},
-        )
-    else:
-        spec = contract.resolve("forward_accuracy", op_class, dtype)
-        judgments["forward_accuracy"] = _verdict(
-            "forward_accuracy",
-            {"output": tolerance_check(canon.output, reference.output, spec, keys=keys)},
-            {},
-        )
-    backward_errors: dict[str, str] = {}
-    if train:
-        if canon.backward_error:
-            backward_errors[canon.layout] = canon.backward_error
+    canon: LayoutRun | None
+    try:
+        canon = execute(canon_layout)
+    except Exception as exc:  # nothing of the candidate's is judged yet; the other layouts still run
+        crashed(canon_spec, exc)
+        canon = None
+    ran_on = None
+    if canon is not None:
+        absorb(canon)
+        if canon.output_problem is None:
+            ran_on = device_record(canon.output)
+        # forward_accuracy: the candidate's canonical output vs the fp32 reference.
+        if canon.output_problem is not None:
+            acc = {"output": canon.output_problem}
         else:
+            spec = contract.resolve("forward_accuracy", op_class, dtype)
+            acc = {"output": tolerance_check(canon.output, reference.output, spec, keys=keys)}
+        judgments["forward_accuracy"] = _verdict("forward_accuracy", acc, {}, canonical=canon.layout)
+        if train and canon.output_problem is not None:
+            # a wrong output shape is the verdict, whatever the backward then does
+            judgments["gradient_accuracy"] = _verdict("gradient_accuracy", acc, {}, canonical=canon.layout)
+        elif train and canon.layout not in bwd_crashes and canon.layout not in backward_errors:
             judgments["gradient_accuracy"] = _gradient_accuracy(
                 canon, reference, contract, op_class, dtype, keys
             )
     del reference
+    canon_ok = canon is not None and canon.output_problem is None
+    canon_grads_ok = canon_ok and canon is not None and canon.layout not in bwd_crashes | backward_errors
 
     fwd_inv: dict[str, Comparison] = {}
     grad_inv: dict[str, Comparison] = {}
     for spec in layout_specs:
         if spec.name == canon_spec.name:
             continue
-        run = execute(
-            build_layout(fixture, spec), scratch
-        )  # compared and dropped before the buffers are reused
-        fwd_obs.merge(run.forward_obs)
-        bwd_obs.merge(run.backward_obs)
-        layout_info[run.layout] = {"kind": run.kind, "calls": run.n_calls}
+        try:
+            run = execute(
+                build_layout(fixture, spec), scratch
+            )  # compared and dropped before buffers are reused
+        except Exception as exc:  # the verdicts already found stand; this layout is an error
+            crashed(spec, exc)
+            continue
+        absorb(run)
         # forward_invariance: every other layout, raw bits, after restore.
-        fwd_inv[run.layout] = bitwise_equal(run.output, canon.output, keys=keys)
+        if run.output_problem is not None:
+            fwd_inv[run.layout] = run.output_problem
+        elif canon_ok and canon is not None:
+            fwd_inv[run.layout] = bitwise_equal(run.output, canon.output, keys=keys)
         if train and run.kind == "training":
-            if run.backward_error:
-                backward_errors[run.layout] = run.backward_error
-            elif not canon.backward_error:
+            if run.output_problem is not None:
+                grad_inv[f"{run.layout}.output"] = run.output_problem
+            elif canon_grads_ok and canon is not None and run.layout not in bwd_crashes | backward_errors:
                 grad_inv.update(_gradient_invariance(run, canon, keys))
         del run
-    judgments["forward_invariance"] = _verdict(
-        "forward_invariance", fwd_inv, {"layouts": layout_info}, per_layout=True
-    )
-
-    problem = _observation_problem(fwd_obs, cand)
-    if problem is not None:
-        for j in ("forward_accuracy", "forward_invariance"):
-            judgments[j] = JudgmentResult(
-                j, "red", problem[0], {**problem[1], "observed_ops": sorted(fwd_obs.ops)}
-            )
+    if fwd_inv or not fwd_crashes:
+        judgments["forward_invariance"] = _verdict(
+            "forward_invariance", fwd_inv, {"layouts": layout_info}, per_layout=True
+        )
 
     if not train:
         for j in ("gradient_accuracy", "gradient_invariance"):
             judgments[j] = JudgmentResult(
                 j, "na", "not_differentiable", {"why": "the manifest marks it non-differentiable"}
             )
-    elif backward_errors:
-        for j in ("gradient_accuracy", "gradient_invariance"):
-            judgments[j] = JudgmentResult(j, "red", "missing_backward", {"layouts": backward_errors})
     else:
-        judgments["gradient_invariance"] = _verdict("gradient_invariance", grad_inv, {}, per_layout=True)
-        problem = _observation_problem(bwd_obs, cand)
-        if problem is not None:
+        if grad_inv or not (bwd_crashes or backward_errors):
+            judgments["gradient_invariance"] = _verdict("gradient_invariance", grad_inv, {}, per_layout=True)
+        if backward_errors:
             for j in ("gradient_accuracy", "gradient_invariance"):
-                judgments[j] = JudgmentResult(
-                    j, "red", problem[0], {**problem[1], "observed_ops": sorted(bwd_obs.ops)}
-                )
+                judgments.setdefault(j, JudgmentResult(j, "green"))
+                judgments[j].add("missing_backward", {"layouts_without_backward": backward_errors})
 
+    # the reasons that apply beside the numbers: what ran, what it changed, what could not run
+    passes = [("forward", ("forward_accuracy", "forward_invariance"), fwd_obs, fwd_crashes)]
+    if train:
+        passes.append(("backward", ("gradient_accuracy", "gradient_invariance"), bwd_obs, bwd_crashes))
+    for phase, names, obs, crashes in passes:
+        for j in names:
+            judgments.setdefault(j, JudgmentResult(j, "green"))
+        problems = _observation_problems(obs, cand)
+        if modified[phase]:
+            problems.append(("input_modified", {"modified": modified[phase][:8]}))
+        for reason, detail in problems:
+            for j in names:
+                judgments[j].add(reason, detail)
+                judgments[j].diagnostics.setdefault("observed_ops", sorted(obs.ops))
+        if crashes:
+            # a crash of the canonical layout leaves every judgment of the pass unjudged; one of another
+            # layout only the invariance judgment (accuracy reads the canonical layout alone)
+            hit = names if canon_spec.name in crashes else names[1:]
+            for j in hit:
+                judgments[j].add("exception", {"crashed_layouts": crashes}, status="error")
+
+    for jr in judgments.values():
+        if jr.status != "green" and jr.reason_code is not None:
+            jr.diagnostics.setdefault("reasons", [jr.reason_code])
     peak = None
     if on_gpu:
         torch.cuda.synchronize(dev)  # the wall time covers the device work, not only its launches
@@ -348,7 +460,7 @@ def _gradient_accuracy(
         acc[f"d_{name}"] = tolerance_check(grad, reference.token_grads[name], spec, keys=keys)
     for name, grad in canon.param_grads.items():
         acc[f"d_{name}"] = tolerance_check(grad, reference.param_grads[name], spec)
-    return _verdict("gradient_accuracy", acc, {})
+    return _verdict("gradient_accuracy", acc, {}, canonical=canon.layout)
 
 
 def _gradient_invariance(

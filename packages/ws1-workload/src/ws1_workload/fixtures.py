@@ -1,7 +1,10 @@
 """Fixtures: the logical batch of one tier (samples with prompt/completion masks and token ids).
 
 Token ids derive from `(case_id, "token_ids", (sample_id, position))`, so they never depend on other samples.
-Logical order is samples ascending, positions ascending; row of (s, p) is `offsets[s] + p`.
+They are skewed as text is: three positions in eight draw from a hot set of `HOT_IDS` ids shared by every
+sample of the case, so ids repeat within and across samples. The first three completion tokens of a sample are
+the edge ids (even samples 0, V-1, 0; odd samples V-1, 0, V-1), so id 0 (also the pad id) and the last id of
+the vocab are scored, and one id repeats inside a sample whatever the draws. Logical order is samples ascending, positions ascending; row of (s, p) is `offsets[s] + p`.
 
 Scoring convention (see docs/workload.md): the logit at position p scores the token at p + 1. Position p is
 *scored* when token p + 1 exists and is a completion token, i.e. `prompt_len - 1 <= p <= length - 2`.
@@ -10,9 +13,10 @@ Scoring convention (see docs/workload.md): the logit at position p scores the to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 
 import torch
 
@@ -36,6 +40,10 @@ class Fixture:
     case_id: str
     samples: tuple[Sample, ...]
     pad_id: int
+    # the id range is [0, vocab): vocab - 1 is the edge id V-1 of every sample
+    vocab: int = 0
+    # operator input (`<operator>.<input>`) -> the kinds of hard row it holds (from the manifest's hard cases)
+    hard_rows: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     @cached_property
     def offsets(self) -> tuple[int, ...]:
@@ -83,6 +91,19 @@ class Fixture:
         return self.samples[sample_id]
 
 
+#: Size of the hot set of token ids every sample of a case draws from, and the share of positions that do.
+HOT_IDS = 8
+HOT_SHARE = (3, 8)
+
+
+def _edge_id(sample_id: int, k: int, last: int) -> int | None:
+    """The id of completion token k of a sample when it is an edge id: 0 and V-1 alternate, k=2 repeats k=0."""
+    if k not in (0, 1, 2):
+        return None
+    first, second = (0, last) if sample_id % 2 == 0 else (last, 0)
+    return second if k == 1 else first
+
+
 def make_fixture(
     case_id: str,
     lengths: Sequence[int],
@@ -91,31 +112,57 @@ def make_fixture(
     pad_id: int,
     token_id_limit: int,
     tier: str = "custom",
+    vocab: int | None = None,
+    hard_rows: Mapping[str, Sequence[str]] | None = None,
 ) -> Fixture:
-    """Build a fixture from explicit lengths (sample ids 0..N-1); token ids in [0, limit) without pad_id."""
+    """Build a fixture from explicit lengths (sample ids 0..N-1).
+
+    Token ids lie in [0, token_id_limit), skewed towards a hot set, and the first completion tokens are the edge
+    ids 0 and `vocab - 1` (`vocab` defaults to `token_id_limit`; it must not be smaller). The pad id is a real
+    id like any other: pads are known by the layout map.
+    """
     if len(lengths) != len(prompt_lens) or not lengths:
         raise WorkloadError(f"fixture {case_id}: need as many prompt lengths as lengths, at least one")
-    choices = token_id_limit - (1 if 0 <= pad_id < token_id_limit else 0)
-    if choices < 1:
+    if token_id_limit < 1:
         raise WorkloadError(f"fixture {case_id}: no token id available below {token_id_limit}")
+    vocab = token_id_limit if vocab is None else vocab
+    if vocab < token_id_limit:
+        raise WorkloadError(
+            f"fixture {case_id}: vocab {vocab} is smaller than token_id_limit {token_id_limit}"
+        )
+    hot = [derive_int(token_id_limit, "hot_ids", case_id, str(i)) for i in range(HOT_IDS)]
     samples = []
     for sid, (length, prompt) in enumerate(zip(lengths, prompt_lens, strict=True)):
         if length < 1 or not 0 <= prompt <= length:
             raise WorkloadError(f"fixture {case_id}: sample {sid} has length {length}, prompt_len {prompt}")
         ids = []
         for p in range(length):
-            r = derive_int(choices, "token_ids", case_id, canonical_key((sid, p)))
-            ids.append(r + 1 if 0 <= pad_id <= r else r)
+            edge = _edge_id(sid, p - prompt, vocab - 1)
+            if edge is not None:
+                ids.append(edge)
+                continue
+            r = derive_int(1 << 64, "token_ids", case_id, canonical_key((sid, p)))
+            if r % HOT_SHARE[1] < HOT_SHARE[0]:
+                ids.append(hot[(r // HOT_SHARE[1]) % HOT_IDS])
+            else:
+                ids.append((r // (HOT_SHARE[1] * HOT_IDS)) % token_id_limit)
         tokens = torch.tensor(ids, dtype=torch.int64)
         active = torch.arange(length) >= prompt
         samples.append(
             Sample(sample_id=sid, length=length, prompt_len=prompt, token_ids=tokens, active=active)
         )
-    return Fixture(tier=tier, case_id=case_id, samples=tuple(samples), pad_id=pad_id)
+    rows = MappingProxyType({name: tuple(kinds) for name, kinds in (hard_rows or {}).items()})
+    return Fixture(
+        tier=tier, case_id=case_id, samples=tuple(samples), pad_id=pad_id, vocab=vocab, hard_rows=rows
+    )
 
 
-def build_fixture(manifest: Manifest, tier: str) -> Fixture:
-    """The fixture of one tier; case id `<workload_id>/<tier>`."""
+def build_fixture(manifest: Manifest, tier: str, model: str | None = None) -> Fixture:
+    """The fixture of one tier; case id `<workload_id>/<tier>`.
+
+    `model` names the model judged: its vocab gives the edge id V-1 (every other id is the same for every
+    model). None: the edge id is `token_id_limit - 1`, inside every model's vocab.
+    """
     specs = manifest.samples(tier)
     return make_fixture(
         f"{manifest.workload_id}/{tier}",
@@ -124,4 +171,6 @@ def build_fixture(manifest: Manifest, tier: str) -> Fixture:
         pad_id=manifest.pad_id,
         token_id_limit=manifest.token_id_limit,
         tier=tier,
+        vocab=None if model is None else manifest.model(model).vocab,
+        hard_rows=manifest.hard_rows,
     )

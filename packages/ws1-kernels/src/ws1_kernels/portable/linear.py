@@ -29,9 +29,10 @@ from ._blocks import (
 def linear_forward_fp32_chunks(x_pad: torch.Tensor, weight: torch.Tensor):
     """Yield ``(c0, c1, w_chunk_fp32, logits_chunk_fp32[Tp, c1-c0])`` over the weight rows in fixed chunks."""
     n = weight.shape[0]
+    w32 = fp32_weight(weight)  # once per call: each lookup checks the weight's bits
     for c0 in range(0, n, VOCAB_BLOCK):
         c1 = min(n, c0 + VOCAB_BLOCK)
-        wc = fp32_weight(weight)[c0:c1]
+        wc = w32[c0:c1]
         yield c0, c1, wc, blocked_mm(x_pad, wc.t())
 
 
@@ -83,9 +84,10 @@ class _Linear(torch.autograd.Function):
         if need_x:
             dy_pad = pad_rows(dy)
             acc = torch.zeros((dy_pad.shape[0], x.shape[1]), dtype=torch.float32, device=x.device)
+            w32 = fp32_weight(weight)
             for c0 in range(0, weight.shape[0], VOCAB_BLOCK):
                 c1 = min(weight.shape[0], c0 + VOCAB_BLOCK)
-                dx_accumulate(acc, dy_pad[:, c0:c1], fp32_weight(weight)[c0:c1])
+                dx_accumulate(acc, dy_pad[:, c0:c1], w32[c0:c1])
             dx = acc[:t].to(torch.bfloat16)
         if need_w:
             index = wgrad_index(ctx.lctx.segments, zero_row=t)

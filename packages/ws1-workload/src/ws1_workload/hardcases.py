@@ -1,0 +1,216 @@
+"""The hard cases of the workload: what kernels get wrong, named in the manifest and proven present.
+
+A gate can only catch a fault its inputs exercise. An embedding backward that counts a repeated id once passes on
+fixtures without a repeated id; a norm that ignores eps passes when every row has an RMS near 1; a kernel that
+mishandles a block edge passes when no sample length sits next to it. The manifest names each such case
+(`fixtures.hard_cases`: what it is, the tiers that must hold it, its parameters); this module parses them and
+checks, on the built fixtures and inputs, that every case is present in every tier it lists. An unknown case
+name is refused: a name without a check would be a claim nobody verifies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .errors import WorkloadError
+from .inputs import HARD_ROW_KINDS, LARGE_ROW_SCALE, hard_row_kind, logical_tensor
+
+if TYPE_CHECKING:
+    from .fixtures import Fixture
+    from .manifest import Manifest
+
+#: Cases about the token ids, lengths and layouts of a fixture.
+FIXTURE_CASES: tuple[str, ...] = (
+    "repeated_id_within_sample",
+    "repeated_id_across_samples",
+    "id_zero",
+    "id_last",
+    "block_edge_lengths",
+    "single_row_call",
+    "padded_layouts_pad",
+    "decode_crosses_key_block",
+)
+#: Cases about the rows of operator inputs (the kinds `logical_tensor` generates).
+ROW_CASES: tuple[str, ...] = HARD_ROW_KINDS
+KNOWN_CASES: tuple[str, ...] = FIXTURE_CASES + ROW_CASES
+_NEEDS_BLOCKS = frozenset({"block_edge_lengths", "decode_crosses_key_block"})
+#: Width of the rows the presence check draws (the kind of a row does not depend on its width).
+CHECK_ROW_WIDTH = 256
+
+
+@dataclass(frozen=True)
+class HardCaseSpec:
+    """One hard case as the manifest states it."""
+
+    name: str
+    what: str
+    tiers: tuple[str, ...]
+    blocks: tuple[int, ...] = ()
+    inputs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Whether one case is present in one tier (`tier` is "all" for a check across tiers), and where."""
+
+    case: str
+    tier: str
+    present: bool
+    detail: str
+
+
+def parse_hard_cases(
+    doc: Mapping[str, Any], operators: Sequence[str], source: str
+) -> Mapping[str, HardCaseSpec]:
+    """The schema-validated `fixtures.hard_cases` mapping as specs; unknown names and misplaced keys refused."""
+    out: dict[str, HardCaseSpec] = {}
+    for name, case in doc.items():
+        where = f"$.fixtures.hard_cases.{name}"
+        if name not in KNOWN_CASES:
+            raise WorkloadError(f"{where}: unknown hard case (known: {', '.join(KNOWN_CASES)})", source)
+        blocks = tuple(int(b) for b in case.get("blocks", ()))
+        inputs = tuple(str(i) for i in case.get("inputs", ()))
+        if (name in _NEEDS_BLOCKS) != bool(blocks):
+            need = "needs" if name in _NEEDS_BLOCKS else "takes no"
+            raise WorkloadError(f"{where}: this case {need} 'blocks'", source)
+        if (name in ROW_CASES) != bool(inputs):
+            need = "needs" if name in ROW_CASES else "takes no"
+            raise WorkloadError(f"{where}: this case {need} 'inputs'", source)
+        for item in inputs:
+            if item.split(".", 1)[0] not in operators:
+                raise WorkloadError(f"{where}: input {item!r} names no chain operator", source)
+        out[name] = HardCaseSpec(name, str(case["what"]), tuple(case["tiers"]), blocks, inputs)
+    return MappingProxyType(out)
+
+
+def hard_rows_of(cases: Mapping[str, HardCaseSpec]) -> Mapping[str, tuple[str, ...]]:
+    """Operator input (`<operator>.<input>`) -> the kinds of hard row it holds."""
+    rows: dict[str, list[str]] = {}
+    for case in cases.values():
+        if case.name in ROW_CASES:
+            for item in case.inputs:
+                rows.setdefault(item, []).append(case.name)
+    return MappingProxyType({k: tuple(v) for k, v in rows.items()})
+
+
+def _completions(fx: Fixture) -> list[list[int]]:
+    return [s.token_ids[s.prompt_len :].tolist() for s in fx.samples]
+
+
+def _check_ids(case: str, fx: Fixture) -> Finding:
+    comp = _completions(fx)
+    if case == "repeated_id_within_sample":
+        for sid, ids in enumerate(comp):
+            seen = {i for i in ids if ids.count(i) > 1}
+            if seen:
+                return Finding(case, fx.tier, True, f"sample {sid}: id {min(seen)} repeats")
+        return Finding(case, fx.tier, False, "no completion id repeats inside a sample")
+    if case == "repeated_id_across_samples":
+        for i, a in enumerate(comp):
+            for j in range(i + 1, len(comp)):
+                common = set(a) & set(comp[j])
+                if common:
+                    return Finding(case, fx.tier, True, f"samples {i} and {j} share id {min(common)}")
+        return Finding(case, fx.tier, False, "no completion id occurs in two samples")
+    target = 0 if case == "id_zero" else fx.vocab - 1
+    for sid, ids in enumerate(comp):
+        if target in ids:
+            return Finding(case, fx.tier, True, f"sample {sid} has id {target} as a completion token")
+    return Finding(case, fx.tier, False, f"no completion token has id {target}")
+
+
+def _check_layouts(case: str, spec: HardCaseSpec, manifest: Manifest, fx: Fixture) -> Finding:
+    from .layouts import build_layout
+
+    if case == "single_row_call":
+        for ls in manifest.layouts:
+            for call in build_layout(fx, ls).calls:
+                if call.num_rows == 1:
+                    return Finding(case, fx.tier, True, f"layout {ls.name} call {call.index} has one row")
+        return Finding(case, fx.tier, False, "no physical call of one row")
+    if case == "padded_layouts_pad":
+        padded = [ls for ls in manifest.layouts if ls.type == "padded"]
+        if not padded:
+            return Finding(case, fx.tier, False, "the manifest has no padded layout")
+        for ls in padded:
+            pads = sum(int(c.is_pad.sum()) for c in build_layout(fx, ls).calls)
+            if pads == 0:
+                return Finding(case, fx.tier, False, f"layout {ls.name} holds no pad row")
+        return Finding(case, fx.tier, True, f"every padded layout ({len(padded)}) holds pad rows")
+    # decode_crosses_key_block
+    if not any(ls.type == "decode" for ls in manifest.layouts):
+        return Finding(case, fx.tier, False, "the manifest has no decode layout")
+    for b in spec.blocks:
+        hits = [s.sample_id for s in fx.samples if s.prompt_len <= b - 1 and s.length >= b + 1]
+        if not hits:
+            return Finding(case, fx.tier, False, f"no sample decodes positions {b - 1} and {b}")
+    return Finding(case, fx.tier, True, f"decode crosses blocks {list(spec.blocks)}")
+
+
+def _check_rows(case: str, spec: HardCaseSpec, manifest: Manifest, fx: Fixture) -> Finding:
+    keys = list(fx.logical_keys)
+    active = fx.active.tolist()
+    eps = min(manifest.model(m).rms_eps for m in manifest.models)
+    for item in spec.inputs:
+        kinds = fx.hard_rows.get(item, ())
+        rows = logical_tensor(fx.case_id, item, keys, CHECK_ROW_WIDTH, torch.float32, hard_rows=kinds)
+        found = False
+        for r, key in enumerate(keys):
+            if not active[r] or hard_row_kind(key, kinds) != case:
+                continue
+            row = rows[r]
+            if case == "signed_zero_rows":
+                negative = torch.signbit(row)
+                found = bool((row == 0).all()) and bool(negative.any()) and not bool(negative.all())
+            elif case == "tiny_norm_rows":
+                ms = float(row.double().pow(2).mean())
+                found = eps / 4 <= ms <= eps * 4
+            else:
+                found = bool(torch.isfinite(row).all()) and float(row.abs().max()) >= LARGE_ROW_SCALE
+            if found:
+                break
+        if not found:
+            return Finding(case, fx.tier, False, f"input {item} holds no active {case} row")
+    return Finding(case, fx.tier, True, f"inputs {list(spec.inputs)} hold active rows")
+
+
+def check_case(spec: HardCaseSpec, manifest: Manifest, fx: Fixture) -> Finding:
+    """Whether `spec` is present in the fixture `fx` (one tier)."""
+    case = spec.name
+    if case in ("repeated_id_within_sample", "repeated_id_across_samples", "id_zero", "id_last"):
+        return _check_ids(case, fx)
+    if case == "block_edge_lengths":
+        edges = {b + d for b in spec.blocks for d in (-1, 0, 1)}
+        near = sorted({s.length for s in fx.samples} & edges)
+        detail = f"lengths {near} sit at block edges" if near else "no sample length at a block edge"
+        return Finding(case, fx.tier, bool(near), detail)
+    if case in ("single_row_call", "padded_layouts_pad", "decode_crosses_key_block"):
+        return _check_layouts(case, spec, manifest, fx)
+    return _check_rows(case, spec, manifest, fx)
+
+
+def check_block_edge_coverage(spec: HardCaseSpec, manifest: Manifest) -> Finding:
+    """Across the tiers the case lists, every b-1, b and b+1 of every block is a sample length."""
+    lengths = {s.length for tier in spec.tiers for s in manifest.samples(tier)}
+    missing = sorted({b + d for b in spec.blocks for d in (-1, 0, 1)} - lengths)
+    detail = f"missing lengths {missing}" if missing else "every block edge is a sample length"
+    return Finding(spec.name, "all", not missing, detail)
+
+
+def check_hard_cases(manifest: Manifest, model: str | None = None) -> list[Finding]:
+    """Every hard case of the manifest in every tier it lists (fixtures built for `model`)."""
+    from .fixtures import build_fixture
+
+    fixtures = {t: build_fixture(manifest, t, model) for t in manifest.tiers}
+    findings = []
+    for spec in manifest.hard_cases.values():
+        for tier in spec.tiers:
+            findings.append(check_case(spec, manifest, fixtures[tier]))
+        if spec.name == "block_edge_lengths":
+            findings.append(check_block_edge_coverage(spec, manifest))
+    return findings
