@@ -211,7 +211,14 @@ def run_layout(
         for spec in adapter.token_inputs:
             logical = inputs.tokens[spec.name]
             if spec.kind == "float":
-                pad = _pad_noise(case_id, spec.name, layout.name, call.index, (n, *spec.row_shape))
+                # filler only where the call has pad rows: a decode step (no pads) at the full vocabulary
+                # once spent most of its time drawing noise for rows that were all real
+                has_pads = bool((index < 0).any())
+                pad = (
+                    _pad_noise(case_id, spec.name, layout.name, call.index, (n, *spec.row_shape))
+                    if has_pads
+                    else None
+                )
                 x = gather_rows(logical, index, pad)
                 physical[spec.name] = x.requires_grad_(train and spec.differentiable)
             else:
