@@ -152,6 +152,20 @@ def cpu_contract(session: nox.Session) -> None:
     with _step(session, "matrix native_torch (tiny widths, recorded)"):
         _run_matrix(session, "native_torch", out, gate=False, model="tiny", cell_timeout=CI_CELL_TIMEOUT_S)
 
+    # ---- ws1 chain (docs/chain.md): the whole tiny model, rollout vs trainer. portable_cpu must pass (exit 0);
+    # native_torch is the negative control and must fail (exit 1) with its first diverging node recorded.
+    with _step(session, "chain portable_cpu (tiny, gated) and native_torch (tiny, must fail)"):
+        chain_out = out / "chain"
+        for profile, tiers, codes in (
+            ("portable_cpu", ("short", "primary"), [0]),
+            ("native_torch", ("short",), [1]),
+        ):
+            tier_args = [arg for tier in tiers for arg in ("--tier", tier)]
+            session.run(
+                "ws1", "chain", "--profile", profile, "--model", "tiny", *tier_args, "--out", str(chain_out),
+                "--force", success_codes=codes, external=True,
+            )  # fmt: skip
+
 
 CPU_TIERS = ("short", "primary")
 # The slowest unit of the full-width portable matrix (lm_head/primary) took 142 s in a clean-clone CI run on the

@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from ws1_harness.chain_args import add_chain_parser
 from ws1_harness.console import EXIT_INTERRUPTED, emit, silence_stdout
 from ws1_harness.errors import HarnessError
 from ws1_harness.gate import EXIT_BAD_INPUT
@@ -177,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-in-checkout", action="store_true", help="allow writing inside the git checkout")
 
     _add_bench_parser(sub)
+    add_chain_parser(sub)
     return parser
 
 
@@ -298,6 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ws1_harness.bench.runner import run_cli
 
             return run_cli(args, argv)
+        if args.command == "chain":
+            from ws1_harness.chain_args import run_cli as run_chain
+
+            return run_chain(args, argv)
         raise UsageError(f"ws1: unknown command {args.command!r}")  # pragma: no cover
     except SystemExit as exc:  # --help and friends
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_BAD_INPUT)

@@ -1,0 +1,135 @@
+"""`ws1 chain`: rollout against trainer on the whole (tiny, one-layer) model, each judgment with its negative control.
+
+In process, the short tier, one layer. Planted candidates wrap the portable ones so that exactly one property
+breaks: a batch-variant forward (parity), a batch-variant backward (gradient invariance), a consistent but wrong
+forward (logprob accuracy).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from ws1_harness.chain import Chain, ChainSettings  # noqa: E402
+from ws1_harness.cli import main  # noqa: E402
+from ws1_kernels import portable  # noqa: E402
+from ws1_kernels.integrations import qwen3  # noqa: E402
+
+BUMP = 1.0 + 2.0**-6  # a bf16-visible relative change
+
+
+@pytest.fixture(scope="module")
+def chain() -> Chain:
+    return Chain(ChainSettings(profile="portable_cpu", model="tiny", layers=1, tiers=("short",)))
+
+
+def _judgment(cell, name):
+    return next(j for j in cell.judgments if j.name == name)
+
+
+def _planted(chain: Chain, operator: str, fn, label: str):
+    model = chain.model()
+    qwen3.runtime_of(model).override(operator, fn, label)
+    return chain.cell("short", model=model)
+
+
+def row_count_gemm(x, weight, ctx):
+    """Batch-variant: the output depends on whether the call has an odd number of rows."""
+    out = portable.det_gemm(x, weight, ctx)
+    return out * BUMP if x.shape[0] % 2 else out
+
+
+class _GradBump(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, factor):  # type: ignore[override]
+        ctx.factor = factor
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        return g * ctx.factor, None
+
+
+def row_count_backward_norm(x, weight, eps, ctx):
+    """Forward exact, backward batch-variant: the gradient is bumped in calls of an odd number of rows."""
+    return _GradBump.apply(portable.rms_norm(x, weight, eps, ctx), BUMP if x.shape[0] % 2 else 1.0)
+
+
+def wrong_swiglu(gate, up, ctx):
+    """Batch-invariant but wrong: gate * up without the SiLU."""
+    return (gate.float() * up.float()).to(torch.bfloat16)
+
+
+def test_portable_chain_passes_with_exact_parity(chain):
+    cell = chain.cell("short")
+    assert cell.status == "pass", cell.to_json()
+    parity = _judgment(cell, "parity")
+    assert {r["max_abs_dlogp"] for r in parity.detail["layouts"].values()} == {0.0}
+    assert all(r["bitwise_equal"] for r in parity.detail["layouts"].values())
+    assert set(parity.detail["layouts"]) == {s.name for s in chain.training}  # every training layout
+    assert cell.rollout["requests_joined_after_step_0"]  # the rollout really batched continuously
+    assert cell.first_divergence is None
+
+
+def test_a_batch_variant_candidate_fails_parity_at_its_node(chain):
+    cell = _planted(chain, "det_gemm", row_count_gemm, "row-count gemm")
+    assert "parity" in cell.failed
+    d = cell.first_divergence
+    assert d["judgment"] == "parity" and d["operator"] == "det_gemm" and d["layer"] == 0
+    assert d["phase"] == "forward" and d["token"][0] >= 0
+
+
+def test_a_batch_variant_backward_fails_gradient_invariance_only(chain):
+    cell = _planted(chain, "rms_norm", row_count_backward_norm, "row-count norm backward")
+    assert cell.failed == ("gradient_invariance", "op_watch")  # the wrapper is also an undeclared op
+    d = cell.first_divergence
+    assert d["judgment"] == "gradient_invariance" and d["phase"] == "backward"
+    assert d["node"].startswith("model.layers.0.")
+
+
+def test_a_wrong_but_invariant_candidate_fails_logprob_accuracy(chain):
+    cell = _planted(chain, "swiglu", wrong_swiglu, "swiglu without silu")
+    assert "logprob_accuracy" in cell.failed and "parity" not in cell.failed
+    assert cell.first_divergence["judgment"] == "logprob_accuracy"
+    assert cell.first_divergence["node"] is None  # the matrix judges each operator's own accuracy
+    assert not _judgment(cell, "gradient_accuracy").passed  # recorded (not gated) and it sees the damage
+
+
+def test_native_torch_fails_with_its_first_diverging_node():
+    cell = Chain(ChainSettings(profile="native_torch", model="tiny", layers=1, tiers=("short",))).cell(
+        "short"
+    )
+    assert cell.status == "fail" and "parity" in cell.failed
+    assert not _judgment(cell, "op_watch").judged  # stock: recorded, not judged
+    d = cell.first_divergence
+    assert d["node"] and d["operator"] and d["layer"] == 0 and len(d["token"]) == 2
+
+
+def test_cli_writes_the_result_and_exits_zero_on_pass(tmp_path, capsys):
+    argv = ["chain", "--profile", "portable_cpu", "--layers", "1", "--tier", "short", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    doc = json.loads((tmp_path / "chain-portable_cpu-tiny-L1.json").read_text())
+    assert doc["verdict"] == "pass" and doc["schema"] == "ws1.chain/1"
+    assert doc["provenance"]["git_commit"] and doc["contract"]["fingerprint"].startswith("sha256:")
+    assert [c["tier"] for c in doc["cells"]] == ["short"]
+    # never overwritten silently
+    assert main(argv) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--tier", "nope"], "unknown tier"),
+        (["--layers", "9"], "--layers 9"),
+        (["--model", "nope"], "unknown model"),
+    ],
+)
+def test_cli_bad_input_exits_two_with_one_line(tmp_path, capsys, extra, message):
+    assert main(["chain", "--profile", "portable_cpu", "--out", str(tmp_path), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
