@@ -88,8 +88,8 @@ class Group:
         self.per_tensor: dict[str, dict[str, Any]] = {}
 
     def add(self, profile: str, name: str, cand: torch.Tensor, ref: torch.Tensor) -> None:
-        e = (cand.double() - ref.double()).abs().flatten()
-        r = ref.double().abs().flatten()
+        e = (cand.detach().double() - ref.detach().double()).abs().flatten().cpu()
+        r = ref.detach().double().abs().flatten().cpu()
         if not bool(torch.isfinite(e).all()):
             raise SystemExit(f"calibrate: {profile} {name}: non-finite error; not a correct implementation")
         self.n += e.numel()
@@ -142,7 +142,7 @@ def _round_up(x: float) -> float:
 
 
 def measure(
-    profiles: list[str], model: str, tiers: list[str], seeds: int
+    profiles: list[str], model: str, tiers: list[str], seeds: int, device: str = "cpu"
 ) -> tuple[dict[tuple[str, str], Group], dict[str, int]]:
     manifest = load_manifest()
     adapters = build_adapters(manifest.model(model))
@@ -174,14 +174,14 @@ def measure(
                     case,
                     manifest.pad_id,
                     train,
-                    "cpu",
+                    device,
                     param_case=f"calibration/seed{seed}/{op}/{model}",
                 )
                 ref = run_reference(getattr(reference, op), adapter, layout, inputs, train=train)
                 for profile in profiles:
                     if (profile, op) in EXCLUDED:
                         continue
-                    cand = registry.resolve(profile, op, device="cpu")
+                    cand = registry.resolve(profile, op, device=device)
                     t0 = time.perf_counter()
                     run = run_layout(
                         cand.fn,
@@ -285,12 +285,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--out", type=Path, default=Path("docs/evidence/calibration-cpu"))
     ap.add_argument("--write-contract", type=Path)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda: where candidates and the reference run")
     args = ap.parse_args(argv)
     profiles = args.profiles or ["portable_cpu", "native_torch"]
     tiers = args.tiers or ["short", "primary", "long"]
     torch.set_num_threads(max(1, torch.get_num_threads()))
     start = time.perf_counter()
-    groups, tokens = measure(profiles, args.model, tiers, args.seeds)
+    groups, tokens = measure(profiles, args.model, tiers, args.seeds, args.device)
     summary = summarise(groups, tokens, args.seeds, profiles)
     date = datetime.date.today().isoformat()
     command = (
@@ -299,12 +300,14 @@ def main(argv: list[str] | None = None) -> int:
         + f" --model {args.model} "
         + " ".join(f"--tier {t}" for t in tiers)
         + f" --seeds {args.seeds}"
+        + (f" --device {args.device}" if args.device != "cpu" else "")
     )
     record = {
         "command": command,
         "date": date,
         "torch": torch.__version__,
-        "device": "cpu",
+        "device": args.device,
+        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "excluded": {f"{p}.{op}": why for (p, op), why in EXCLUDED.items()},
         "rule": {
             "atol": (
