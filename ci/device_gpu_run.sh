@@ -37,9 +37,9 @@ for s in "$@"; do
     bench)  step bench "${BENCH_LIMIT:-300}" ws1 bench --profile triton_cuda_bf16 --out "$ev/bench" --force ${BENCH_ARGS:-} ;;
     sdpa)   step sdpa "${SDPA_LIMIT:-240}" python3 ci/sdpa_probe.py --lengths "${SDPA_LENGTHS:-60}" ;;
     calib)  step calib "${CALIB_LIMIT:-300}" python3 ci/calibrate_thresholds.py --device cuda --model qwen3-8b \
-              --profile triton_cuda_bf16 --profile native_torch --tier short --tier primary --tier long \
+              ${CALIB_PROFILES:---profile triton_cuda_bf16 --profile native_torch} --tier short --tier primary --tier long \
               --seeds "${CALIB_SEEDS:-4}" --out "$ev/calib" ;;
-    chain)  step chain "${CHAIN_LIMIT:-300}" bash -c "ws1 chain --profile triton_cuda_bf16 --model qwen3-8b --layers ${CHAIN_LAYERS:-2} --out $ev/chain; echo triton rc=\$?; ws1 chain --profile native_torch --model qwen3-8b --layers ${CHAIN_LAYERS:-2} --tier short --out $ev/chain; echo native rc=\$? (1 expected: the negative control)" ;;
+    chain)  step chain "${CHAIN_LIMIT:-300}" bash -c "ws1 chain --profile triton_cuda_bf16 --model qwen3-8b --layers ${CHAIN_LAYERS:-2} --out $ev/chain; echo triton rc=\$?; ws1 chain --profile native_torch --model qwen3-8b --layers ${CHAIN_LAYERS:-2} --tier short --out $ev/chain; echo native rc=\$? - 1 expected: the negative control" ;;
     prof)   step prof "${PROF_LIMIT:-150}" python3 ci/profile_unit.py ${PROF_UNIT:-native_torch attention long} ;;
     nox)    step nox "${NOX_LIMIT:-500}" python3 -m nox --no-venv -s gpu_sm90 -- ${NOX_ARGS:-} ;;
     *) echo "unknown step $s"; exit 2 ;;
