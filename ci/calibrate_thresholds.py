@@ -279,7 +279,56 @@ def write_contract(path: Path, summary: dict[str, Any], source: str, date: str) 
     path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def combine(files: list[Path], contract: Path) -> int:
+    """Write into `contract` one threshold per group that holds on every calibrated device: the largest atol
+    of the calibration files (each = the rule above on that device's correct implementations), their common
+    rtol, and a calibration record naming every file. A threshold must not turn a correct kernel red on any
+    machine it is judged on, so a group takes the loosest device's figure, never an average."""
+    runs = [(f, json.loads(f.read_text(encoding="utf-8"))) for f in files]
+    keys = sorted({k for _, r in runs for k in r["groups"]})
+    summary: dict[str, Any] = {}
+    for key in keys:
+        entries = [(f, r, r["groups"][key]) for f, r in runs if key in r["groups"]]
+        rtols = {e["rtol"] for _, _, e in entries}
+        if len(rtols) != 1:
+            raise SystemExit(
+                f"calibrate: {key}: the files disagree on rtol ({sorted(rtols)}): one rule, one rtol"
+            )
+        first = entries[0][2]
+        summary[key] = {
+            "judgment": first["judgment"],
+            "op_class": first["op_class"],
+            "dtype": first["dtype"],
+            "atol": max(e["atol"] for _, _, e in entries),
+            "rtol": first["rtol"],
+            "active_tokens": sum(e["active_tokens"] for _, _, e in entries),
+            "seeds": max(e["seeds"] for _, _, e in entries),
+        }
+        figures = ", ".join(f"{r.get('device_name', r['device'])} {e['atol']:g}" for _, r, e in entries)
+        print(f"{key:40} atol={summary[key]['atol']:g} ({figures})")
+    source = "; ".join(
+        f"{r['command']} -> {f.as_posix()} ({r.get('device_name', r['device'])})" for f, r in runs
+    )
+    source += (
+        "; per group the largest atol of these files, each = 4 x P99.9 of |c - r| over elements with |r| <= 1 "
+        "(forward logprob: all elements), rtol fixed by the tensor format"
+    )
+    write_contract(contract, summary, source, max(r["date"] for _, r in runs))
+    print(f"calibrate: wrote thresholds into {contract}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--combine"]:
+        # --combine A.json B.json ... --write-contract contracts/tolerance.json
+        *files, flag, contract = argv[1:]
+        if flag != "--write-contract" or not files:
+            raise SystemExit(
+                "usage: calibrate_thresholds.py --combine A.json [B.json ...] --write-contract FILE"
+            )
+        return combine([Path(f) for f in files], Path(contract))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", action="append", dest="profiles")
     ap.add_argument("--model", default="tiny")

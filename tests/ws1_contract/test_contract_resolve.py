@@ -119,9 +119,12 @@ def test_provisional_bf16_cells_carry_the_published_figures(contract: Contract) 
             "logprob": (5e-2, 0.0),
         },
     }
-    evidence = json.loads(
-        (REPO / "docs/evidence/calibration-cpu/calibration.json").read_text(encoding="utf-8")
+    # every committed calibration run (CPU and H200); a calibrated cell's atol is the largest of their figures
+    files = (
+        "docs/evidence/calibration-cpu/calibration.json",
+        "docs/evidence/calibration-h200-dfd5964/calibration.json",
     )
+    runs = {f: json.loads((REPO / f).read_text(encoding="utf-8")) for f in files}
     checked = 0
     for judgment, rows in published.items():
         for op_class, (atol, rtol) in rows.items():
@@ -130,10 +133,12 @@ def test_provisional_bf16_cells_carry_the_published_figures(contract: Contract) 
             if spec.calibration.status == "provisional":
                 assert (spec.atol, spec.rtol) == (atol, rtol), (judgment, op_class)
             else:  # a calibrated cell carries exactly the figures of the committed calibration evidence
-                measured = evidence["groups"][f"{judgment}/{op_class}/bf16"]
-                assert (spec.atol, spec.rtol) == (measured["atol"], measured["rtol"]), (judgment, op_class)
-                assert spec.calibration.active_tokens == measured["active_tokens"]
-                assert "docs/evidence/calibration-cpu/calibration.json" in spec.calibration.source
+                key = f"{judgment}/{op_class}/bf16"
+                measured = [r["groups"][key] for r in runs.values() if key in r["groups"]]
+                assert spec.atol == max(m["atol"] for m in measured), (judgment, op_class)
+                assert {spec.rtol} == {m["rtol"] for m in measured}, (judgment, op_class)
+                assert spec.calibration.active_tokens == sum(m["active_tokens"] for m in measured)
+                assert all(f in spec.calibration.source for f in files)
             checked += 1
     assert checked == sum(len(rows) for rows in published.values())
 

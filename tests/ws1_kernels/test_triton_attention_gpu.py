@@ -46,7 +46,7 @@ def _logical() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     n = BATCH.total
     rows = {
-        "q": torch.randn((n, HQ, D), generator=g) * 2.0,
+        "q": torch.randn((n, HQ, D), generator=g),  # the scale the workload draws at (calibrated thresholds)
         "k": torch.randn((n, HKV, D), generator=g),
         "v": torch.randn((n, HKV, D), generator=g),
         "gout": torch.randn((n, HQ, D), generator=g),
