@@ -63,8 +63,16 @@ def test_environment_override_is_labelled(monkeypatch: pytest.MonkeyPatch) -> No
     assert git_state() == ("a" * 40, True, "env")  # dirty unless stated clean
     monkeypatch.setenv("WS1_SOURCE_DIRTY", "0")
     assert git_state() == ("a" * 40, False, "env")
-    monkeypatch.setenv("WS1_SOURCE_COMMIT", "not-a-sha")
-    assert git_state()[0] == "unknown"
+
+
+@pytest.mark.parametrize("bad", ["not-a-sha", "c75c590", "a" * 39])
+def test_environment_commit_must_be_a_full_sha(monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    """An abbreviated or malformed commit is refused (one line), never recorded as `unknown` in silence."""
+    from ws1_harness.provenance import ProvenanceError
+
+    monkeypatch.setenv("WS1_SOURCE_COMMIT", bad)
+    with pytest.raises(ProvenanceError, match="full 40-hex commit"):
+        git_state()
 
 
 def test_arch_proxy_is_recorded_only_when_declared(monkeypatch) -> None:

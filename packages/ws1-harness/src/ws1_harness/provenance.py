@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ws1_harness.errors import HarnessError
+
 UNKNOWN = "unknown"
 _PACKAGES = (
     "ws1-contract",
@@ -141,6 +143,10 @@ def portable_command(argv: Sequence[str]) -> tuple[str, ...]:
     return (Path(argv[0]).name, *(portable_path(a) for a in argv[1:]))
 
 
+class ProvenanceError(HarnessError):
+    """A provenance claim that cannot be recorded truthfully (bad input: exit 2, one line)."""
+
+
 def git_state(where: Path | None = None) -> tuple[str, bool, str]:
     """(commit, dirty, source) of the checkout holding `where` (default: this code).
 
@@ -152,7 +158,11 @@ def git_state(where: Path | None = None) -> tuple[str, bool, str]:
     if env_commit:
         commit = env_commit.strip().lower()
         if not _COMMIT_RE.match(commit):
-            commit = UNKNOWN
+            # refused, not recorded as "unknown": an abbreviated hash once turned a whole GPU run's evidence
+            # into commit-unknown evidence without a word
+            raise ProvenanceError(
+                f"WS1_SOURCE_COMMIT={env_commit!r}: give the full 40-hex commit (git rev-parse HEAD)"
+            )
         return commit, os.environ.get("WS1_SOURCE_DIRTY", "1") != "0", "env"
     if shutil.which("git") is None:
         return UNKNOWN, True, UNKNOWN
