@@ -1,9 +1,11 @@
-"""The fp32 weight cache of portable_cpu never serves stale values."""
+"""The fp32 weight cache of portable_cpu never serves stale values, holds one weight at most and is released on
+request."""
 
 from __future__ import annotations
 
 import torch
 
+from ws1_kernels.portable import clear_fp32_cache, fp32_cache_bytes
 from ws1_kernels.portable._blocks import fp32_weight
 
 
@@ -52,3 +54,31 @@ def test_sign_of_zero_is_content() -> None:
     fp32_weight(w)
     w.data[0, 0] = -0.0  # equal as numbers, different bits
     assert torch.signbit(fp32_weight(w)[0, 0])
+
+
+def test_cache_holds_one_weight_at_most() -> None:
+    """Converting a second weight frees the first: the bytes held are the last weight's copy and snapshot only."""
+    first = torch.randn(64, 32).to(torch.bfloat16)
+    second = torch.randn(16, 8).to(torch.bfloat16)
+    fp32_weight(first)
+    assert fp32_cache_bytes() == first.numel() * (4 + 2)  # the control: the first weight is held
+    fp32_weight(second)
+    assert fp32_cache_bytes() == second.numel() * (4 + 2)
+
+
+def test_clear_releases_the_copy() -> None:
+    w = torch.randn(64, 32).to(torch.bfloat16)
+    held = fp32_weight(w)
+    assert fp32_cache_bytes() > 0  # the control: something to release
+    assert clear_fp32_cache() == w.numel() * (4 + 2)
+    assert fp32_cache_bytes() == 0
+    again = fp32_weight(w)
+    assert again is not held and torch.equal(again, held)  # converted afresh, same values
+
+
+def test_dead_weight_releases_the_copy() -> None:
+    w = torch.randn(64, 32).to(torch.bfloat16)
+    fp32_weight(w)
+    assert fp32_cache_bytes() > 0
+    del w
+    assert fp32_cache_bytes() == 0

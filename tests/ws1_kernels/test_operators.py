@@ -78,17 +78,3 @@ def test_needs_input_grad_is_honoured(op: str) -> None:
     x2 = case.rows["x"].clone()
     cand.fn(x2, w2, *extra, ctx).float().sum().backward()
     assert x2.grad is None and w2.main_grad.abs().max() > 0
-
-
-def test_reference_turns_tf32_off_and_restores() -> None:
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.set_float32_matmul_precision("high")
-    seen = {}
-    with reference.fp32_math():
-        seen["tf32"] = torch.backends.cuda.matmul.allow_tf32
-        seen["prec"] = torch.get_float32_matmul_precision()
-        seen["cudnn"] = torch.backends.cudnn.allow_tf32
-    assert seen == {"tf32": False, "prec": "highest", "cudnn": False}
-    assert torch.backends.cuda.matmul.allow_tf32 and torch.get_float32_matmul_precision() == "high"
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")

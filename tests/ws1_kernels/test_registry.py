@@ -20,7 +20,7 @@ def test_builtin_profiles_resolve_with_ids() -> None:
     for profile in ("portable_cpu", "native_torch"):
         for op in OP_CLASS:
             c = registry.resolve(profile, op, "cpu")
-            assert c.candidate_id == f"{profile}.{op}" and c.family == "torch" and c.min_arch is None
+            assert c.candidate_id == f"{profile}.{op}" and c.min_arch is None
             assert c.kernel_id.startswith("ws1.cpu." if profile == "portable_cpu" else "ws1.native.")
             assert all(o.startswith("aten.") for o in c.declared_ops)
     assert registry.resolve("portable_cpu", "lm_head").param_grad_rule == "sample_blocks_main_grad"
@@ -63,7 +63,6 @@ def _plugin_candidates(name: str, *, arch: str | None = None, device: str = "cpu
             profile=name,
             operator="silu",
             kernel_id=f"ws1.test.{name}.silu",
-            family="torch",
             device=device,
             min_arch=arch,
             param_grad_rule=None,
@@ -124,20 +123,18 @@ def test_candidate_fields_are_validated() -> None:
             profile="x",
             operator="det_gemm",
             kernel_id="k",
-            family="torch",
             device="cpu",
             min_arch=None,
             param_grad_rule=None,
             declared_ops=frozenset({"aten.mm"}),
             fn=lambda: None,
         )
-    with pytest.raises(RegistryError, match="family"):
+    with pytest.raises(RegistryError, match="device"):
         Candidate(
             profile="x",
             operator="silu",
             kernel_id="k",
-            family="numpy",
-            device="cpu",
+            device="tpu",
             min_arch=None,
             param_grad_rule=None,
             declared_ops=frozenset({"aten.mm"}),

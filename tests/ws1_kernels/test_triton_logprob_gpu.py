@@ -239,7 +239,7 @@ def test_linear_logp_memory_stays_far_below_fp32_logits(data) -> None:
 def test_registry_resolves_both_operators_on_cuda() -> None:
     for op in ("logp", "linear_logp"):
         cand = registry.resolve("triton_cuda_bf16", op, DEV)
-        assert cand.family == "triton" and cand.fn is getattr(lp, op)
+        assert cand.kernel_id.startswith("triton:") and cand.fn is getattr(lp, op)
 
 
 def test_bad_input_raises_on_cuda(data) -> None:

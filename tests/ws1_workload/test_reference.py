@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from ws1_workload import LayoutError, WorkloadError, build_fixture, build_layout, reference_chain
-from ws1_workload.reference import tf32_off
 
 #: fp32 vs fp32 agreement between two implementations of the same forward (not a gate tolerance).
 HF_AGREEMENT = 1e-4
@@ -56,18 +55,6 @@ def test_scored_positions_are_real_logprobs(manifest, tiny_weights):
     assert bool((got[fx.scored] < 0).all()) and bool(torch.isfinite(got).all())
     last = torch.tensor([fx.offsets[s.sample_id] + s.length - 1 for s in fx.samples])
     assert bool((got[last] == 0).all())
-
-
-def test_tf32_is_off_inside_and_restored_after():
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high")
-    try:
-        with tf32_off():
-            assert torch.get_float32_matmul_precision() == "highest"
-            assert not torch.backends.cuda.matmul.allow_tf32
-        assert torch.get_float32_matmul_precision() == "high"
-    finally:
-        torch.set_float32_matmul_precision(before)
 
 
 def test_bad_inputs_raise(manifest, tiny_weights):

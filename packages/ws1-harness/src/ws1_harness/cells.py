@@ -13,7 +13,7 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ws1_harness.errors import HarnessError
 from ws1_harness.status import CellStatus, ReasonCode, StatusError, check_status_reason
@@ -48,15 +48,6 @@ class CellKey:
 
     def label(self) -> str:
         return f"{self.profile}/{self.operator}/{self.tier}/{self.judgment}"
-
-
-class OperatorSpecLike(Protocol):
-    """The fields of ws1_workload.OperatorSpec that decide the expected cells."""
-
-    name: str
-    differentiable: bool
-    optional: bool
-    layout_only: bool
 
 
 @dataclass(frozen=True)

@@ -342,7 +342,7 @@ def run_reference(
 ) -> LayoutRun:
     """The fp32 gold on the canonical layout: bf16 inputs upcast, plain autograd, TF32 off.
 
-    Forward and backward both run inside `fp32_math()` (TF32 off, highest fp32 matmul precision, previous
+    Forward and backward both run inside `fp32_math()` (no TF32 or bf16 inside fp32 matmuls, previous
     settings restored), on the device of the inputs.
     """
     with fp32_math():

@@ -43,26 +43,44 @@ def _stack() -> list[LaunchLog]:
 
 @contextmanager
 def observe() -> Iterator[LaunchLog]:
-    """Collect every launch recorded in this thread (and in autograd's backward, see ``record``)."""
+    """Collect every launch recorded in this thread (and in autograd's device backward, see ``record``)."""
     log = LaunchLog()
     _stack().append(log)
-    _GLOBAL.append(log)
+    with _lock:
+        _GLOBAL.append(log)
     try:
         yield log
     finally:
         _stack().remove(log)
-        _GLOBAL.remove(log)
+        with _lock:
+            _GLOBAL.remove(log)
 
 
-# Autograd on the CPU runs backward in the calling thread, but a device backward may run in an autograd worker
-# thread; logs opened anywhere also see launches from threads that have no log of their own.
+# Autograd runs a CPU backward in the thread that called ``backward()``, but a device backward runs in one of
+# autograd's own worker threads, which the C++ engine starts (Python sees them as "dummy" threads: not started by
+# ``threading``) and which have no log of their own. Their records go to every log open in any thread: with
+# two threads observing device backwards at once each sees the other's kernels too, which the harness reports
+# as undeclared kernels (red), never as a pass. A thread that Python started records only into its own logs.
 _GLOBAL: list[LaunchLog] = []
 _lock = threading.Lock()
 
 
+def _engine_thread() -> bool:
+    """True in a thread that Python's ``threading`` did not start (autograd's device worker threads)."""
+    return isinstance(threading.current_thread(), threading._DummyThread)
+
+
 def record(kernel_id: str, phase: str) -> None:
-    """Called at a launch site, immediately before the computation it names."""
-    logs = _stack() or _GLOBAL
+    """Called at a launch site, immediately before the computation it names.
+
+    Recorded into the logs this thread opened; a thread with none records nothing, except autograd's engine
+    threads, whose records go to every open log (see above).
+    """
+    logs = _stack()
+    if not logs:
+        if not _engine_thread():
+            return
+        logs = _GLOBAL
     with _lock:
         for log in logs:
             log.kernels.append(kernel_id)

@@ -40,7 +40,6 @@ OPERATORS: tuple[str, ...] = (
 )
 LAYOUT_ONLY: frozenset[str] = frozenset({"pack"})
 PARAM_GRAD_RULES: frozenset[str] = frozenset({"sample_blocks_main_grad", "autograd_accumulate"})
-FAMILIES: frozenset[str] = frozenset({"torch", "triton", "cuda"})
 ENTRY_POINT_GROUP = "ws1.candidates"
 # operators with a weight parameter (param_grad_rule applies); the others declare None
 PARAM_OPERATORS: frozenset[str] = frozenset(
@@ -63,7 +62,6 @@ class Candidate:
     profile: str
     operator: str
     kernel_id: str
-    family: str
     device: str  # "cpu", "cuda" or "any"
     min_arch: str | None
     param_grad_rule: str | None
@@ -87,8 +85,6 @@ class Candidate:
         where = f"registry.Candidate({self.profile}.{self.operator})"
         if self.operator not in OPERATORS or self.operator in LAYOUT_ONLY:
             raise RegistryError(f"{where}: unknown or layout-only operator {self.operator!r}")
-        if self.family not in FAMILIES:
-            raise RegistryError(f"{where}: family must be one of {sorted(FAMILIES)}, got {self.family!r}")
         if self.device not in ("cpu", "cuda", "any"):
             raise RegistryError(f"{where}: device must be cpu, cuda or any, got {self.device!r}")
         if self.min_arch is not None and not re.fullmatch(r"sm\d{2,3}a?", self.min_arch):
@@ -314,7 +310,6 @@ register_profile(
             profile="portable_cpu",
             operator=op,
             kernel_id=kid,
-            family="torch",
             device="cpu",
             min_arch=None,
             param_grad_rule="sample_blocks_main_grad" if op in PARAM_OPERATORS else None,
@@ -332,7 +327,6 @@ register_profile(
             profile="native_torch",
             operator=op,
             kernel_id=f"ws1.native.{op}",
-            family="torch",
             device="any",
             min_arch=None,
             param_grad_rule="autograd_accumulate" if op in PARAM_OPERATORS else None,
@@ -362,7 +356,6 @@ def _register_triton() -> None:
                 operator=op,
                 kernel_id=spec.kernel_id,
                 kernel_ids=spec.kernel_ids,
-                family="triton",
                 device="cuda",
                 min_arch=triton_ops.MIN_ARCH,
                 param_grad_rule="sample_blocks_main_grad" if op in PARAM_OPERATORS else None,

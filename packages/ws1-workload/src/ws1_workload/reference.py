@@ -4,13 +4,14 @@ Runs the calls of a layout in order, keeping a per-sample KV cache per layer so 
 attend to their key prefix. Returns the selected-token logprob restored to logical order: the value at
 (s, p) is log P(token[s, p + 1] | tokens[s, 0..p]) (HF next-token convention); a sample's last position has
 no target and holds 0.0. Use `Fixture.scored` to select the positions whose target is a completion token.
-TF32 is off for the duration of the call.
+The arithmetic is plain fp32 for the duration of the call (`fp32_math`: no TF32, no bf16 inside fp32 matmuls).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import torch
 
@@ -21,23 +22,87 @@ from .manifest import ModelConfig
 from .restore import restore
 from .weights import check_weights
 
+_T = TypeVar("_T")
 
-@contextlib.contextmanager
-def tf32_off() -> Iterator[None]:
-    """Disable TF32 (matmul and cuDNN) and force highest fp32 matmul precision; restore on exit."""
-    saved = (
-        torch.backends.cuda.matmul.allow_tf32,
-        torch.backends.cudnn.allow_tf32,
-        torch.get_float32_matmul_precision(),
-    )
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+
+# Where torch keeps the precision of fp32 arithmetic. Torch 2.9 and later hold it per backend and operation
+# (``fp32_precision``: "ieee" is plain fp32, "tf32" and "bf16" are reduced; the generic one sets all); the legacy
+# switches (``allow_tf32``, ``set_float32_matmul_precision``) write into these, and their getters raise once the
+# two APIs have left the settings in a state they cannot express. So the per-backend settings are what is saved,
+# set and restored, parents before children. The legacy switches are set too (they keep state of their own that
+# their getters consult) and restored where they could be read.
+_PRECISION_SITES: tuple[tuple[str, ...], ...] = (
+    (),
+    ("cuda", "matmul"),
+    ("cudnn",),
+    ("cudnn", "conv"),
+    ("cudnn", "rnn"),
+    ("mkldnn",),
+    ("mkldnn", "matmul"),
+    ("mkldnn", "conv"),
+    ("mkldnn", "rnn"),
+)
+
+
+def _precision_sites() -> list[tuple[object, str]]:
+    """The per-backend ``fp32_precision`` settings this torch has (none before torch 2.9)."""
+    out: list[tuple[object, str]] = []
+    for path in _PRECISION_SITES:
+        obj: object = torch.backends
+        for part in path:
+            obj = getattr(obj, part, None)
+        if obj is not None and hasattr(obj, "fp32_precision"):
+            out.append((obj, "fp32_precision"))
+    return out
+
+
+def _read(getter: Callable[[], _T]) -> _T | None:
     try:
+        return getter()
+    except RuntimeError:  # the two APIs left a state this legacy getter cannot express
+        return None
+
+
+# the legacy switches: (read, write, the fp32 value); each also writes the per-backend settings it covers
+_LEGACY: tuple[tuple[Callable[[], Any], Callable[[Any], None], Any], ...] = (
+    (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision, "highest"),
+    (
+        lambda: torch.backends.cuda.matmul.allow_tf32,
+        lambda value: setattr(torch.backends.cuda.matmul, "allow_tf32", value),
+        False,
+    ),
+    (
+        lambda: torch.backends.cudnn.allow_tf32,
+        lambda value: setattr(torch.backends.cudnn, "allow_tf32", value),
+        False,
+    ),
+)
+
+
+@contextmanager
+def fp32_math() -> Iterator[None]:
+    """Plain fp32 arithmetic for the duration: no TF32 and no bf16 inside fp32 matmuls or convolutions, on CUDA,
+    cuDNN and oneDNN. Every setting it touches is restored on exit, also when the block raises.
+
+    A copy of ``ws1_kernels.reference.fp32_math``: the workload may not import the kernels nor the kernels the
+    workload (docs/architecture.md), and one test (tests/test_fp32_math.py) runs both copies through the same
+    checks.
+    """
+    sites = _precision_sites()
+    saved_sites = [getattr(obj, attr) for obj, attr in sites]
+    saved_legacy = [_read(read) for read, _write, _fp32 in _LEGACY]
+    try:
+        for _read_it, write, fp32 in _LEGACY:
+            write(fp32)
+        for obj, attr in sites:
+            setattr(obj, attr, "ieee")
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
-        torch.set_float32_matmul_precision(saved[2])
+        for (_read_it, write, _fp32), value in zip(_LEGACY, saved_legacy, strict=True):
+            if value is not None:
+                write(value)
+        for (obj, attr), value in zip(sites, saved_sites, strict=True):
+            setattr(obj, attr, value)
 
 
 def next_token_targets(fx: Fixture, sample_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -190,7 +255,7 @@ def reference_chain(
     chain = _Chain(model, weights, dev)
     caches: list[dict[int, tuple[torch.Tensor, torch.Tensor]]] = [{} for _ in range(model.num_layers)]
     outputs = []
-    with tf32_off(), torch.no_grad():
+    with fp32_math(), torch.no_grad():
         for call in layout.calls:
             outputs.append(chain.call(layout.fixture, call, caches))
     return restore(layout, outputs)

@@ -1,6 +1,14 @@
 """The portable_cpu profile: pure-torch, batch-invariant candidates (see docs/kernels.md)."""
 
-from ._blocks import KEY_BLOCK, QUERY_BLOCK, ROW_BLOCK, VOCAB_BLOCK, WGRAD_BLOCK
+from ._blocks import (
+    KEY_BLOCK,
+    QUERY_BLOCK,
+    ROW_BLOCK,
+    VOCAB_BLOCK,
+    WGRAD_BLOCK,
+    clear_fp32_cache,
+    fp32_cache_bytes,
+)
 from .attention import attention
 from .embedding import embedding
 from .linear import det_gemm, lm_head
@@ -15,8 +23,10 @@ __all__ = [
     "VOCAB_BLOCK",
     "WGRAD_BLOCK",
     "attention",
+    "clear_fp32_cache",
     "det_gemm",
     "embedding",
+    "fp32_cache_bytes",
     "linear_logp",
     "lm_head",
     "logp",

@@ -135,6 +135,9 @@ def check_main_grad(where: str, weight: torch.Tensor) -> None:
 # compared bit for bit with the weight, because a write through `.data` (a trainer syncing weights) bumps no
 # version counter. Measured at [151936, 4096]: the comparison takes 0.16 s against 1.1 s for the conversion;
 # the snapshot costs one more bf16 copy of the weight in memory.
+# Bound and release: one slot, so at most one weight's fp32 copy and snapshot are held at a time (about 3.7 GB for
+# the full-vocabulary lm_head); converting another weight frees the old pair first, the weight's death frees it,
+# and `clear_fp32_cache()` frees it at once (a caller done with a model, or a test, calls it).
 _FP32_CACHE: dict[
     str, tuple[object, tuple[int, tuple[int, ...], tuple[int, ...], int], torch.Tensor, torch.Tensor]
 ] = {}
@@ -166,3 +169,20 @@ def _drop_cache_entry(ref: object) -> None:
     entry = _FP32_CACHE.get("weight")
     if entry is not None and entry[0] is ref:
         _FP32_CACHE.pop("weight", None)
+
+
+def fp32_cache_bytes() -> int:
+    """Bytes the fp32 weight cache holds now (the fp32 copy and its snapshot; 0 when empty)."""
+    entry = _FP32_CACHE.get("weight")
+    if entry is None:
+        return 0
+    _ref, _key, snapshot, copy = entry
+    return snapshot.numel() * snapshot.element_size() + copy.numel() * copy.element_size()
+
+
+def clear_fp32_cache() -> int:
+    """Release the cached fp32 weight copy now; returns the bytes released. Results are unchanged: the next call
+    converts again."""
+    held = fp32_cache_bytes()
+    _FP32_CACHE.pop("weight", None)
+    return held
