@@ -23,3 +23,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         has_gpu = False
     if not has_gpu and any(item.get_closest_marker("gpu") for item in items):
         raise pytest.UsageError("WS1_REQUIRE_GPU=1 but no CUDA GPU is visible: refusing to skip gpu tests")
+
+
+@pytest.fixture(scope="session")
+def tiny_one_layer():  # type: ignore[no-untyped-def]
+    """(manifest, tiny ModelConfig cut to one layer, its synthetic weights, the short fixture): the whole-model
+    tests' smallest model (the drop-in, the chain watch)."""
+    import dataclasses
+
+    from ws1_workload import build_fixture, load_manifest, synthetic_weights, tensor_shapes
+
+    m = load_manifest()
+    cfg = dataclasses.replace(m.model("tiny"), num_layers=1)
+    weights = synthetic_weights(m, "tiny", names=tensor_shapes(cfg))
+    return m, cfg, weights, build_fixture(m, "short", "tiny")

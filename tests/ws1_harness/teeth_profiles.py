@@ -63,7 +63,7 @@ def portable(op: str) -> Candidate:
     return registry.resolve("portable_cpu", op, device="cpu")
 
 
-class _ScaleGrad(torch.autograd.Function):
+class ScaleGrad(torch.autograd.Function):
     """Identity forward; backward multiplies the incoming gradient by `factor` (or by a mask)."""
 
     @staticmethod
@@ -77,7 +77,7 @@ class _ScaleGrad(torch.autograd.Function):
 
 
 def scale_grad(x: Tensor, factor: float | Tensor) -> Tensor:
-    return _ScaleGrad.apply(x, factor)
+    return ScaleGrad.apply(x, factor)
 
 
 # ---- the faults -------------------------------------------------------------------------------------------

@@ -3,8 +3,6 @@ drop-in's glue. Negative controls: a stock module left on the path, and a candid
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,22 +13,9 @@ from ws1_harness.chain_watch import GLUE, NodeDump, NodeWatch, first_difference,
 from ws1_kernels import LayoutContext, portable  # noqa: E402
 from ws1_kernels.integrations import qwen3  # noqa: E402
 from ws1_workload import (  # noqa: E402
-    build_fixture,
     build_layout,
-    load_manifest,
     next_token_targets,
-    synthetic_weights,
-    tensor_shapes,
 )
-
-
-@pytest.fixture(scope="module")
-def setup():
-    m = load_manifest()
-    cfg = dataclasses.replace(m.model("tiny"), num_layers=1)
-    weights = synthetic_weights(m, "tiny", names=tensor_shapes(cfg))
-    fx = build_fixture(m, "short", "tiny")
-    return m, cfg, weights, fx
 
 
 def _train_step(model, fx, layout, watch=None):
@@ -45,8 +30,8 @@ def _train_step(model, fx, layout, watch=None):
             lp.backward(torch.ones_like(lp))  # a loss reduction would be the trainer's op, not the model's
 
 
-def _watched(setup, plant=None):
-    m, cfg, weights, fx = setup
+def _watched(tiny_one_layer, plant=None):
+    m, cfg, weights, fx = tiny_one_layer
     model = qwen3.build_model(qwen3.qwen3_config(cfg), weights, "portable_cpu")
     if plant is not None:
         plant(model)
@@ -80,43 +65,43 @@ class StockRMSNorm(torch.nn.Module):
         return self.weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
 
-def test_nothing_stock_is_left_on_the_swapped_path(setup):
-    watch, model = _watched(setup)
+def test_nothing_stock_is_left_on_the_swapped_path(tiny_one_layer):
+    watch, model = _watched(tiny_one_layer)
     assert watch.problems() == []
     assert set(watch.sites) == {site.name for site in qwen3.sites(model)}  # every node was seen
 
 
-def test_a_stock_projection_left_in_place_is_caught(setup):
+def test_a_stock_projection_left_in_place_is_caught(tiny_one_layer):
     def plant(model):
         mlp = model.model.layers[0].mlp
         mlp.down_proj = StockLinear(mlp.down_proj.weight)
 
-    problems = _watched(setup, plant)[0].problems()
+    problems = _watched(tiny_one_layer, plant)[0].problems()
     glue = [p for p in problems if p.node == GLUE]
     assert glue and "aten.mm" in glue[0].items
 
 
-def test_a_stock_norm_left_in_place_is_caught(setup):
+def test_a_stock_norm_left_in_place_is_caught(tiny_one_layer):
     def plant(model):
         layer = model.model.layers[0]
         layer.post_attention_layernorm = StockRMSNorm(layer.post_attention_layernorm.weight, 1e-6)
 
-    problems = _watched(setup, plant)[0].problems()
+    problems = _watched(tiny_one_layer, plant)[0].problems()
     assert any(p.node == GLUE and "aten.rsqrt" in p.items for p in problems)
 
 
-def test_a_candidate_that_delegates_to_a_stock_op_is_caught(setup):
+def test_a_candidate_that_delegates_to_a_stock_op_is_caught(tiny_one_layer):
     def plant(model):  # a "candidate" that records nothing and runs stock silu
         qwen3.runtime_of(model).override("swiglu", lambda g, u, ctx: F.silu(g) * u, "stock swiglu")
 
-    problems = _watched(setup, plant)[0].problems()
+    problems = _watched(tiny_one_layer, plant)[0].problems()
     node = "model.layers.0.mlp.swiglu"
     assert any(p.node == node and "aten.silu" in p.items for p in problems)
     assert any(p.node == node and "no kernel id" in p.what for p in problems)
 
 
-def test_first_difference_names_the_first_node_and_token(setup):
-    m, cfg, weights, fx = setup
+def test_first_difference_names_the_first_node_and_token(tiny_one_layer):
+    m, cfg, weights, fx = tiny_one_layer
     layout = build_layout(fx, m.layout("packed"))
 
     def dump(plant=None):

@@ -1,6 +1,8 @@
 """Falsifiability: the harness must see red where a candidate is broken, green where it is not.
 
-Every trap under "False green" that concerns execution has a negative control here (traps 3, 4, 5, 7, 9, 31).
+Each way a gate has gone falsely green in execution has a negative control here: a row-mixing op, a batched
+call split in secret, chunking that does not reach the op, padding that never pads, a fallback to another op,
+a kernel that records one id and runs another (docs/design.md lists them).
 The units run in-process at the `tiny` model widths on the `primary` fixture (4 samples, 8 layouts).
 """
 
@@ -12,6 +14,7 @@ from typing import Any
 import guard_profiles as gp
 import pytest
 import torch
+from planted import run_planted
 
 from ws1_contract import load_contract
 from ws1_harness.adapters import build_adapters
@@ -44,23 +47,13 @@ def judge(
     kernels: frozenset[str] | None = None,
 ) -> UnitResult:
     base = gp.portable(op)
-    cand = CandidateUnderTest(
-        candidate_id=f"guard.{op}",
-        fn=fn,
-        reference=getattr(reference, op),
+    return run_planted(
+        op,
+        fn,
+        FIXTURE,
+        prefix="guard",
         declared_kernels=kernels if kernels is not None else frozenset({base.kernel_id}),
         declared_ops=extra_ops if isinstance(extra_ops, _AnyOp) else base.declared_ops | extra_ops,
-        param_grad_rule=base.param_grad_rule,
-    )
-    return run_unit(
-        cand,
-        ADAPTERS[op],
-        FIXTURE,
-        MANIFEST.layouts,
-        CONTRACT,
-        MANIFEST.operators[op].op_class,
-        case_id=f"guard/{op}",
-        pad_id=MODEL.pad_id,
     )
 
 

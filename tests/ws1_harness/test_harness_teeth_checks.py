@@ -12,11 +12,12 @@ from typing import Any
 
 import teeth_profiles as tp
 import torch
+from planted import run_planted
 
 from ws1_contract import load_contract
 from ws1_harness.adapters import build_adapters
-from ws1_harness.unit import CandidateUnderTest, UnitResult, run_unit
-from ws1_kernels import LayoutContext, reference
+from ws1_harness.unit import UnitResult
+from ws1_kernels import LayoutContext
 from ws1_workload import build_fixture, load_manifest
 
 MANIFEST = load_manifest()
@@ -28,23 +29,13 @@ FIXTURE = build_fixture(MANIFEST, "short", "tiny")
 
 def judge(op: str, fn: Callable[..., torch.Tensor], extra_ops: frozenset[str] = tp.WRAPPER_OPS) -> UnitResult:
     base = tp.portable(op)
-    cand = CandidateUnderTest(
-        candidate_id=f"teeth.{op}",
-        fn=fn,
-        reference=getattr(reference, op),
+    return run_planted(
+        op,
+        fn,
+        FIXTURE,
+        prefix="teeth",
         declared_kernels=base.all_kernel_ids,
         declared_ops=base.declared_ops | extra_ops,
-        param_grad_rule=base.param_grad_rule,
-    )
-    return run_unit(
-        cand,
-        ADAPTERS[op],
-        FIXTURE,
-        MANIFEST.layouts,
-        CONTRACT,
-        MANIFEST.operators[op].op_class,
-        case_id=f"teeth/{op}",
-        pad_id=MODEL.pad_id,
     )
 
 

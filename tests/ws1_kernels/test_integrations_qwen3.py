@@ -5,7 +5,6 @@ Cheap: the tiny model cut to one layer, the short tier, in process. Each propert
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 
@@ -18,24 +17,11 @@ from ws1_contract import load_contract  # noqa: E402
 from ws1_kernels import KernelInputError, LayoutContext  # noqa: E402
 from ws1_kernels.integrations import qwen3  # noqa: E402
 from ws1_workload import (  # noqa: E402
-    build_fixture,
     build_layout,
-    load_manifest,
     next_token_targets,
     reference_chain,
     restore,
-    synthetic_weights,
-    tensor_shapes,
 )
-
-
-@pytest.fixture(scope="module")
-def setup():
-    m = load_manifest()
-    cfg = dataclasses.replace(m.model("tiny"), num_layers=1)
-    weights = synthetic_weights(m, "tiny", names=tensor_shapes(cfg))
-    fx = build_fixture(m, "short", "tiny")
-    return m, cfg, weights, fx
 
 
 def _logprobs(model, fx, layout):
@@ -67,8 +53,8 @@ def test_importing_ws1_kernels_and_the_drop_in_does_not_import_transformers():
     assert out == ["False", "True"]
 
 
-def test_fp32_drop_in_agrees_with_the_reference_chain(setup):
-    m, cfg, weights, fx = setup
+def test_fp32_drop_in_agrees_with_the_reference_chain(tiny_one_layer):
+    m, cfg, weights, fx = tiny_one_layer
     bound = load_contract().aggregates("fp32").max_abs_dlogp
     layout = build_layout(fx, m.layout("packed"))
     ref = reference_chain(layout, cfg, weights)
@@ -87,8 +73,8 @@ def test_fp32_drop_in_agrees_with_the_reference_chain(setup):
         assert _max_dlogp(_logprobs(bad, fx, layout), ref, fx) > bound
 
 
-def test_parameter_gradients_land_where_the_profile_rule_says(setup):
-    m, cfg, weights, fx = setup
+def test_parameter_gradients_land_where_the_profile_rule_says(tiny_one_layer):
+    m, cfg, weights, fx = tiny_one_layer
     layout = build_layout(fx, m.layout("packed"))
     for profile, attr in (("portable_cpu", "main_grad"), ("native_torch", "grad")):
         model = qwen3.build_model(qwen3.qwen3_config(cfg), weights, profile)
@@ -110,8 +96,8 @@ def test_parameter_gradients_land_where_the_profile_rule_says(setup):
             assert other is None, (profile, name)  # nothing lands in the other place
 
 
-def test_packed_hf_call_matches_forward_call_and_splits_at_position_restarts(setup):
-    m, cfg, weights, fx = setup
+def test_packed_hf_call_matches_forward_call_and_splits_at_position_restarts(tiny_one_layer):
+    m, cfg, weights, fx = tiny_one_layer
     model = qwen3.build_model(qwen3.qwen3_config(cfg), weights, "portable_cpu")
     call = build_layout(fx, m.layout("packed")).calls[0]
     with torch.no_grad():
@@ -123,9 +109,9 @@ def test_packed_hf_call_matches_forward_call_and_splits_at_position_restarts(set
         assert not torch.equal(one, want)
 
 
-def test_a_real_safetensors_checkpoint_loads_unchanged(setup, tmp_path):
+def test_a_real_safetensors_checkpoint_loads_unchanged(tiny_one_layer, tmp_path):
     transformers = pytest.importorskip("transformers")
-    m, cfg, weights, fx = setup
+    m, cfg, weights, fx = tiny_one_layer
     config = qwen3.qwen3_config(cfg)
     hf = transformers.Qwen3ForCausalLM(config).to(torch.bfloat16)
     hf.save_pretrained(tmp_path / "ckpt")  # config.json + model.safetensors, as a hub checkpoint
@@ -146,8 +132,8 @@ def test_a_real_safetensors_checkpoint_loads_unchanged(setup, tmp_path):
         qwen3.build_model(config, tensors, "portable_cpu")
 
 
-def test_unsupported_configs_are_refused(setup):
-    _m, cfg, weights, _fx = setup
+def test_unsupported_configs_are_refused(tiny_one_layer):
+    _m, cfg, weights, _fx = tiny_one_layer
     config = qwen3.qwen3_config(cfg)
     qwen3.build_model(config, weights, "portable_cpu")  # the supported config builds
     config.tie_word_embeddings = True
@@ -155,8 +141,8 @@ def test_unsupported_configs_are_refused(setup):
         qwen3.build_model(config, weights, "portable_cpu")
 
 
-def test_kv_cache_refuses_a_call_out_of_order(setup):
-    m, cfg, weights, fx = setup
+def test_kv_cache_refuses_a_call_out_of_order(tiny_one_layer):
+    m, cfg, weights, fx = tiny_one_layer
     model = qwen3.build_model(qwen3.qwen3_config(cfg), weights, "portable_cpu")
     cache = qwen3.KVCache(cfg.num_layers)
     ids = fx.samples[0].token_ids

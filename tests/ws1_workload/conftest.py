@@ -54,22 +54,9 @@ def write_manifest(tmp_path: Path) -> Callable[[Callable[[dict[str, Any]], None]
 def hf_tiny(manifest: Manifest, tiny_weights: dict[str, torch.Tensor]) -> Any:
     """HF transformers' Qwen3ForCausalLM for the tiny model, fp32, eager attention, our synthetic weights."""
     transformers = pytest.importorskip("transformers")
-    cfg = manifest.model("tiny")
-    hc = transformers.Qwen3Config(
-        vocab_size=cfg.vocab,
-        hidden_size=cfg.hidden,
-        intermediate_size=cfg.intermediate,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim,
-        rms_norm_eps=cfg.rms_eps,
-        tie_word_embeddings=cfg.tie_word_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
-        attention_bias=False,
-        max_position_embeddings=4096,
-        attn_implementation="eager",
-    )
+    from ws1_kernels.integrations.qwen3 import qwen3_config
+
+    hc = qwen3_config(manifest.model("tiny"), attn_implementation="eager")
     model = transformers.Qwen3ForCausalLM(hc).float().eval()
     model.load_state_dict({k: v.float() for k, v in tiny_weights.items()}, strict=True)
     return model

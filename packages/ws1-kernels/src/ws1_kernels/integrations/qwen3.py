@@ -561,8 +561,9 @@ def param_grads(model: nn.Module) -> dict[str, torch.Tensor | None]:
 # ---------------------------------------------------------------------------------------------- building
 
 
-def qwen3_config(cfg: Any, *, num_layers: int | None = None) -> Any:
-    """A transformers ``Qwen3Config`` from an object with ws1_workload ``ModelConfig``'s fields."""
+def qwen3_config(cfg: Any, *, num_layers: int | None = None, **extra: Any) -> Any:
+    """A transformers ``Qwen3Config`` from an object with ws1_workload ``ModelConfig``'s fields (``extra``: more
+    ``Qwen3Config`` arguments, e.g. ``attn_implementation``)."""
     import transformers
 
     return transformers.Qwen3Config(
@@ -578,6 +579,7 @@ def qwen3_config(cfg: Any, *, num_layers: int | None = None) -> Any:
         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
         attention_bias=False,
         max_position_embeddings=1 << 16,
+        **extra,
     )
 
 
