@@ -1,4 +1,4 @@
-"""ws1_contract: the C1 numerical contract of ws1 (no torch).
+"""ws1_contract: the numerical contract of ws1 (no torch).
 
 Load and validate the tolerance contract, resolve the rule for one (judgment, op class, dtype) cell, read the
 comparison roles and chain aggregates, fingerprint documents, and serve every ws1 JSON Schema.

@@ -1,4 +1,4 @@
-"""`ws1-contract`: validate, resolve and fingerprint the C1 contract from the command line.
+"""`ws1-contract`: validate, resolve and fingerprint the numerical contract from the command line.
 
 Exit codes: 0 success; 2 bad input of any kind (missing file, bad JSON, schema or semantic violation, unknown
 name, bad usage), reported as exactly one line on stderr, never a traceback.

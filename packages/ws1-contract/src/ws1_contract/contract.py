@@ -1,4 +1,4 @@
-"""The loaded C1 contract: validated once, then resolved by lookup.
+"""The loaded numerical contract: validated once, then resolved by lookup.
 
 `load_contract` runs the schema, then the semantic rules; only a contract that passes both becomes a Contract.
 Every cell is turned into a frozen ToleranceSpec at load time, so `resolve` is a dictionary lookup that either
@@ -57,7 +57,7 @@ def _check_schema_version(document: Any, source: str) -> None:
 
 
 class Contract:
-    """A validated C1 contract (read-only). Build it with `load_contract` or `Contract.from_document`."""
+    """A validated numerical contract (read-only). Build it with `load_contract` or `Contract.from_document`."""
 
     def __init__(self, document: Mapping[str, Any], source: str) -> None:
         """Validate `document` (schema, then semantic rules) and index its cells; raise ContractError."""

@@ -1,4 +1,4 @@
-"""Semantic rules of the C1 contract: what a JSON Schema cannot say clearly.
+"""Semantic rules of the numerical contract: what a JSON Schema cannot say clearly.
 
 The schema fixes the shape (keys, types, enums, consts). These rules fix the meaning: the grid is complete,
 invariance is raw-bit equality, fp8 is out of scope, every accuracy threshold says where it came from, no role

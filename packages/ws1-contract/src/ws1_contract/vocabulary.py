@@ -1,4 +1,4 @@
-"""The fixed vocabulary of the C1 contract.
+"""The fixed vocabulary of the numerical contract.
 
 These names are part of the contract's identity, not configuration: the gate's matrix is built from them and a
 contract that adds, drops or renames one is a different contract (a new schema version), never a silent change.

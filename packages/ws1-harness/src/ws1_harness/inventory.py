@@ -1,4 +1,4 @@
-"""C5 inventory: the small elementwise steps of the chain, each with a verdict.
+"""The inventory of the small elementwise steps of the chain, each with a verdict.
 
 Some of them are chain nodes with matrix cells (rope, silu, swiglu, qk_norm): their verdict is `pass` only when
 every one of their cells for the profile is green. The others (residual add, scale, bias policy, mask fill,

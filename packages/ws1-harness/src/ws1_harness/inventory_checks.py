@@ -1,4 +1,4 @@
-"""Direct checks of the C5 inventory items that are not chain nodes (needs torch; the gate does not import it).
+"""Direct checks of the inventory items that are not chain nodes (needs torch; the gate does not import it).
 
 Each check runs the stock elementwise op the chain uses for that step and asks two things: does a row computed
 alone have the same bits as the row inside a batch, and does the op round once from the exact fp32 result.
@@ -100,6 +100,6 @@ def direct_verdicts(model_bias: Iterable[bool]) -> dict[str, InventoryItem]:
 def inventory(
     cells: Iterable[Mapping[str, Any]], profile: str, model_bias: Iterable[bool]
 ) -> list[InventoryItem]:
-    """The full C5 inventory of one profile, in a fixed item order."""
+    """The full inventory of one profile, in a fixed item order."""
     merged = {**node_verdicts(cells, profile), **direct_verdicts(model_bias)}
     return [merged[item] for item in ITEMS]

@@ -1,4 +1,4 @@
-"""ws1 C2 canonical workload: manifest, fixtures, physical layouts with restore, fp32 reference chain."""
+"""ws1 canonical workload: manifest, fixtures, physical layouts with restore, fp32 reference chain."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Load and check the workload manifest (C2): one YAML file, schema-validated, then checked semantically.
+"""Load and check the workload manifest: one YAML file, schema-validated, then checked semantically.
 
 The schema (`contracts/manifest.schema.json`, shipped by ws1_contract) fixes the shape; this module checks
 what a schema cannot: the single revision embedded in the workload id, token ids inside every model's vocab,

@@ -59,7 +59,7 @@ CHAIN_OPERATORS: tuple[str, ...] = (
 )
 
 #: Ops the drop-in itself dispatches between candidate calls, forward and backward. Each moves or selects data,
-#: except ``aten.add``: the residual add (the C5 inventory item ``residual_add``, judged there) and autograd's sum
+#: except ``aten.add``: the residual add (the inventory item ``residual_add`` of the small elementwise steps, judged there) and autograd's sum
 #: of the two gradients of a tensor used twice (the residual stream). Anything else outside a candidate call is a
 #: stock module left on the path.
 GLUE_OPS: Mapping[str, str] = types.MappingProxyType(
