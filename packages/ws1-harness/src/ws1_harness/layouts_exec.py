@@ -19,7 +19,7 @@ import torch
 
 from ws1_kernels import LayoutContext
 from ws1_kernels.reference import fp32_math
-from ws1_workload import Layout, PhysicalCall, restore
+from ws1_workload import Layout, PhysicalCall, call_rows, restore
 
 from .adapters import OperatorAdapter
 from .compare import Comparison
@@ -92,15 +92,6 @@ def _pad_noise(case_id: str, name: str, layout: str, call: int, shape: tuple[int
     gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
     noise = torch.randn(shape, generator=gen)
     return torch.where(noise == 0, torch.ones_like(noise), noise)
-
-
-def physical_index(call: PhysicalCall, offsets: Mapping[int, int]) -> Tensor:
-    """Row index into the logical tensors for every physical row; -1 on pads."""
-    idx = torch.full((len(call.sample_ids),), -1, dtype=torch.long)
-    for row, (s, p) in enumerate(zip(call.sample_ids.tolist(), call.positions.tolist(), strict=True)):
-        if s >= 0:
-            idx[row] = offsets[s] + p
-    return idx
 
 
 def gather_rows(logical: Tensor, index: Tensor, pad_rows: Tensor | None) -> Tensor:
@@ -205,7 +196,7 @@ def run_layout(
     grads: dict[str, list[Tensor]] = {name: [] for name in adapter.grad_inputs}
     run = LayoutRun(layout.name, layout.kind, len(layout.calls), torch.empty(0))
     for call in layout.calls:
-        index = physical_index(call, inputs.offsets)
+        index = call_rows(call, inputs.offsets)
         n = len(index)
         physical: dict[str, Tensor] = {}
         for spec in adapter.token_inputs:
@@ -358,7 +349,7 @@ def _run_reference(
     train: bool,
 ) -> LayoutRun:
     (call,) = canonical.calls
-    index = physical_index(call, inputs.offsets)
+    index = call_rows(call, inputs.offsets)
     physical: dict[str, Tensor] = {}
     for spec in adapter.token_inputs:
         logical = inputs.tokens[spec.name]

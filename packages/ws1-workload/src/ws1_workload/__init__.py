@@ -20,7 +20,7 @@ from .manifest import (
     load_manifest,
 )
 from .reference import next_token_targets, reference_chain
-from .restore import restore
+from .restore import call_rows, restore, sample_runs
 from .weights import (
     CheckpointReport,
     content_sha256,
@@ -60,6 +60,8 @@ __all__ = [
     "next_token_targets",
     "reference_chain",
     "restore",
+    "call_rows",
+    "sample_runs",
     "synthetic_weights",
     "tensor_shapes",
     "verify_checkpoint",

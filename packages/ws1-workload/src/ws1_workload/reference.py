@@ -19,7 +19,7 @@ from .errors import LayoutError, WorkloadError
 from .fixtures import Fixture
 from .layouts import Layout, PhysicalCall
 from .manifest import ModelConfig
-from .restore import restore
+from .restore import restore, sample_runs
 from .weights import check_weights
 
 _T = TypeVar("_T")
@@ -133,33 +133,6 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
     return x * cos + _rotate_half(x) * sin
 
 
-def _sample_runs(call: PhysicalCall) -> list[tuple[int, int, int]]:
-    """(sample_id, first row, row count) of each sample's contiguous run in the call; checks the map."""
-    sids, pos = call.sample_ids.tolist(), call.positions.tolist()
-    runs: list[tuple[int, int, int]] = []
-    seen: set[int] = set()
-    i = 0
-    while i < len(sids):
-        s = sids[i]
-        if s < 0:
-            i += 1
-            continue
-        if s in seen:
-            raise LayoutError(f"call {call.index}: rows of sample {s} are not contiguous")
-        seen.add(s)
-        j = i
-        while j < len(sids) and sids[j] == s:
-            j += 1
-        start = call.prefix_lengths.get(s)
-        if start is None:
-            raise LayoutError(f"call {call.index}: no prefix length for sample {s}")
-        if pos[i:j] != list(range(start, start + j - i)):
-            raise LayoutError(f"call {call.index}: sample {s} positions do not run from its prefix {start}")
-        runs.append((s, i, j - i))
-        i = j
-    return runs
-
-
 class _Chain:
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, torch.Tensor], device: torch.device) -> None:
         self.cfg = cfg
@@ -180,7 +153,7 @@ class _Chain:
         cfg = self.cfg
         group = cfg.num_heads // cfg.num_kv_heads
         out = torch.zeros_like(q)
-        for s, first, n in _sample_runs(call):
+        for s, first, n in sample_runs(call):
             prefix = call.prefix_lengths[s]
             pk, pv = cache.get(s, (k[:0], v[:0]))
             if pk.shape[0] != prefix:

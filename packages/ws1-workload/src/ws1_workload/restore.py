@@ -1,4 +1,9 @@
-"""Restore per-call physical outputs to logical order, refusing any inconsistent map.
+"""The layout map both ways: restore per-call physical outputs to logical order, refusing any inconsistent map,
+and its inverse per call (the logical row of every physical row, and each sample's run of rows).
+
+Everything that needs the map (the harness building a call's inputs, the fp32 reference chain walking a call's
+samples) calls these; the kernels' `LayoutContext.segments` derives its runs from the same two id rows on its
+own, because the kernels package depends on torch alone and must validate what any caller hands it.
 
 Restoring only moves rows (no arithmetic), so the bits of every value are preserved. Every logical key
 (sample_id, position) of the fixture must appear exactly once across the calls: a missing, extra (not in the
@@ -7,12 +12,52 @@ fixture) or duplicate key raises LayoutError naming the key.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from .errors import LayoutError
-from .layouts import Layout
+from .layouts import Layout, PhysicalCall
+
+
+def call_rows(call: PhysicalCall, offsets: Sequence[int] | Mapping[int, int]) -> torch.Tensor:
+    """Logical row index of every physical row of one call (host int64), -1 on pad rows: the inverse of
+    `restore` for that call. `offsets[s]` is the logical row of sample s's position 0."""
+    sids = call.sample_ids.to(torch.int64)
+    pos = call.positions.to(torch.int64)
+    table = torch.tensor([offsets[i] for i in range(len(offsets))], dtype=torch.int64)
+    rows = torch.full_like(sids, -1)
+    real = sids >= 0
+    rows[real] = table[sids[real]] + pos[real]
+    return rows
+
+
+def sample_runs(call: PhysicalCall) -> list[tuple[int, int, int]]:
+    """(sample_id, first row, row count) of each sample's contiguous run in the call; checks that a sample's rows
+    are contiguous and that their positions run on from its key prefix."""
+    sids, pos = call.sample_ids.tolist(), call.positions.tolist()
+    runs: list[tuple[int, int, int]] = []
+    seen: set[int] = set()
+    i = 0
+    while i < len(sids):
+        s = sids[i]
+        if s < 0:
+            i += 1
+            continue
+        if s in seen:
+            raise LayoutError(f"call {call.index}: rows of sample {s} are not contiguous")
+        seen.add(s)
+        j = i
+        while j < len(sids) and sids[j] == s:
+            j += 1
+        start = call.prefix_lengths.get(s)
+        if start is None:
+            raise LayoutError(f"call {call.index}: no prefix length for sample {s}")
+        if pos[i:j] != list(range(start, start + j - i)):
+            raise LayoutError(f"call {call.index}: sample {s} positions do not run from its prefix {start}")
+        runs.append((s, i, j - i))
+        i = j
+    return runs
 
 
 def logical_rows(layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
