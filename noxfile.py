@@ -152,8 +152,9 @@ def cpu_contract(session: nox.Session) -> None:
     with _step(session, "matrix native_torch (tiny widths, recorded)"):
         _run_matrix(session, "native_torch", out, gate=False, model="tiny", cell_timeout=CI_CELL_TIMEOUT_S)
 
-    # ---- ws1 chain (docs/chain.md): the whole tiny model, rollout vs trainer. portable_cpu must pass (exit 0);
-    # native_torch is the negative control and must fail (exit 1) with its first diverging node recorded.
+    # ---- ws1 chain (docs/chain.md): the whole tiny model, rollout vs trainer, written as ws1 evidence and
+    # judged by `ws1 gate --require-chain`. portable_cpu must pass (exit 0); native_torch is the negative control:
+    # recorded with its first diverging node, and both the command and the gate must fail (exit 1).
     with _step(session, "chain portable_cpu (tiny, gated) and native_torch (tiny, must fail)"):
         chain_out = out / "chain"
         for profile, tiers, codes in (
@@ -165,6 +166,14 @@ def cpu_contract(session: nox.Session) -> None:
                 "ws1", "chain", "--profile", profile, "--model", "tiny", *tier_args, "--out", str(chain_out),
                 "--force", success_codes=codes, external=True,
             )  # fmt: skip
+            written = sorted(chain_out.glob(f"chain-{profile}-tiny-L*.json"))  # L<every layer of tiny>
+            if len(written) != 1:
+                session.error(
+                    f"ws1 chain {profile}: expected one evidence file in {chain_out}, found {written}"
+                )
+            evidence = str(written[0])
+            session.run("ws1", "gate", evidence, "--require-chain", success_codes=codes, external=True)
+            session.run("ws1", "report", evidence, "--out", str(chain_out), external=True)
 
 
 CPU_TIERS = ("short", "primary")

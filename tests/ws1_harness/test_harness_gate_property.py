@@ -149,7 +149,9 @@ def test_informational_patterns_match_fields_of_a_real_file(groups) -> None:
     unused = [
         p for p in patterns if not any(is_informational(path, [p]) for g in groups.values() for path in g)
     ]
-    # fields that are null or empty in a CPU run have no place to match; they must still be schema fields
+    # fields that are null or empty in a CPU run have no place to match; they must still be schema fields. The
+    # real file is a matrix run: its chain_cells list is empty (test_harness_chain_gate.py covers chain cells).
+    unused = [p for p in unused if not p.startswith("chain_cells[].")]
     assert set(unused) <= {"shard", "provenance.driver", "provenance.cuda", "provenance.arch_proxy"}, unused
 
 

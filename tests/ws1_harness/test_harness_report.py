@@ -100,8 +100,12 @@ def test_an_unknown_commit_is_said_plainly(factory, monkeypatch) -> None:
     from ws1_harness.evidence import read_evidence
     from ws1_harness.report import heatmap_title, render_markdown
 
-    monkeypatch.setenv("WS1_SOURCE_COMMIT", "not-a-commit")  # an unusable claim: recorded as unknown
+    import ws1_harness.provenance as prov
+
+    monkeypatch.delenv("WS1_SOURCE_COMMIT", raising=False)
+    monkeypatch.setattr(prov.shutil, "which", lambda name: None)  # no git: the commit cannot be known
     writer, _ = factory.write("unknown")
+    monkeypatch.undo()
     doc = read_evidence(writer.path)
     assert doc["provenance"]["git_commit"] == "unknown"
     title = heatmap_title(doc, "unknown.json", "RED")

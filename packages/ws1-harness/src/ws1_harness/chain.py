@@ -24,8 +24,7 @@ not depend on the layout. For each tier of the manifest this module
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
+import shlex
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,8 +39,9 @@ from ws1_harness.chain_record import ChainCell, ChainJudgment, ChainResult
 from ws1_harness.chain_watch import NodeDump, NodeWatch, first_difference, tapped
 from ws1_harness.compare import bitwise_equal, tolerance_check
 from ws1_harness.errors import HarnessError
-from ws1_harness.evidence import check_outside_checkout, utc_now
-from ws1_harness.provenance import collect_provenance
+from ws1_harness.evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef, check_outside_checkout
+from ws1_harness.gate import gate
+from ws1_harness.matrix import run_arch_label
 from ws1_kernels import LayoutContext, registry
 from ws1_kernels.integrations import qwen3, rollout
 from ws1_workload import (
@@ -136,6 +136,10 @@ class Chain:
             settings.profile, self.device
         )  # every chain node has a candidate here, or exit 2
         self.stock = any(c.stock for c in registry.candidates(settings.profile).values())
+        # the evidence's profile label: `<profile>@<arch>` on a GPU, as `ws1 matrix` labels it, so a chain shard
+        # and the same profile's matrix shards merge under one label
+        arch = run_arch_label(settings.profile, ("attention",), torch.device(self.device).type)
+        self.profile_label = settings.profile if arch is None else f"{settings.profile}@{arch}"
         self.thresholds = self.contract.aggregates(DTYPE)
         self.training = tuple(s for s in self.manifest.layouts if s.kind == "training")
         if not self.training or self.training[0].type != "packed":
@@ -145,6 +149,28 @@ class Chain:
         self.weights = synthetic_weights(self.manifest, settings.model, names=tensor_shapes(self.cfg))
         self.hf_config = qwen3.qwen3_config(self.cfg)
         self._reference: nn.Module | None = None
+
+    def device_record(self) -> dict[str, Any]:
+        """Where the model ran, as a matrix cell records it (the gate checks it against the provenance)."""
+        dev = torch.device(self.device)
+        if dev.type == "cuda":
+            major, minor = torch.cuda.get_device_capability(dev)
+            return {
+                "type": "cuda",
+                "name": torch.cuda.get_device_name(dev),
+                "capability": f"sm_{major}{minor}",
+            }
+        return {"type": dev.type, "name": dev.type, "capability": None}
+
+    def settings_json(self) -> dict[str, Any]:
+        return {
+            "seed": self.settings.seed,
+            "tiers": list(self.tiers),
+            "training_layouts": [s.name for s in self.training],
+            "chunk_size": self.chunk_size,
+            "sampler": "gumbel-max, noise keyed by (seed, request id, position)",
+            "upstream_gradient": f"logical_tensor(case_id, {UPSTREAM_NAME!r}) on scored tokens",
+        }
 
     # ------------------------------------------------------------------------------------------ models
 
@@ -335,13 +361,9 @@ class Chain:
         for spec in self.training[1:]:
             run = self.train(model, fx, spec, upstream)
             parity_rows[spec.name] = self.aggregates(run.logprobs, ro.logprobs, fx)
-            bad = self._grad_invariance(packed, run)
-            invariance[spec.name] = {
-                "parameters": len(run.grads),
-                "differing": bad[:8],
-                "n_differing": len(bad),
-            }
-            if bad:
+            bits = self._grad_invariance(packed, run)
+            invariance[spec.name] = {"bits_equal": bits}
+            if not bits or not all(bits.values()):
                 inv_failed.append(spec.name)
         parity_ok = all(r["passed"] for r in parity_rows.values())
         judgments.append(
@@ -421,7 +443,7 @@ class Chain:
         )
 
         cell = ChainCell(
-            profile=self.settings.profile,
+            profile=self.profile_label,
             model=self.settings.model,
             layers=self.cfg.num_layers,
             tier=tier,
@@ -429,23 +451,27 @@ class Chain:
             active_tokens=int(fx.scored.sum()),
             judgments=tuple(judgments),
             rollout=_rollout_summary(ro, self.chunk_size, self.max_running(fx)),
+            dtype=DTYPE,
+            device=self.device_record(),
+            stock=self.stock,
+            settings=self.settings_json(),
         )
         if cell.failed:
             divergence = self.localise(cell.failed[0], model, fx0, ro, inv_failed, upstream, sampler)
             cell = dataclasses.replace(cell, first_divergence=divergence)
         return cell
 
-    def _grad_invariance(self, packed: TrainRun, run: TrainRun) -> list[str]:
-        bad = []
+    def _grad_invariance(self, packed: TrainRun, run: TrainRun) -> dict[str, bool]:
+        """Per parameter: does this layout's gradient have the packed layout's raw bits? (Both absent: equal;
+        one absent: not.) Recorded flag by flag, so the gate can re-derive the judgment from them."""
+        flags: dict[str, bool] = {}
         for name, ref in packed.grads.items():
             got = run.grads.get(name)
             if ref is None or got is None:
-                if not (ref is None and got is None):
-                    bad.append(name)
-                continue
-            if not bitwise_equal(got, ref).passed:
-                bad.append(name)
-        return bad
+                flags[name] = ref is None and got is None
+            else:
+                flags[name] = bitwise_equal(got, ref).passed
+        return flags
 
     def _grad_accuracy(
         self, model: nn.Module, packed: TrainRun, ref: TrainRun
@@ -562,55 +588,57 @@ def _rollout_summary(ro: RolloutRun, chunk_size: int, max_running: int) -> dict[
     }
 
 
-def run_chain(settings: ChainSettings | Chain, argv: Sequence[str] | None = None) -> ChainResult:
-    """Every tier of one run; the result with provenance (collected here, never passed in)."""
+def run_chain(settings: ChainSettings | Chain) -> ChainResult:
+    """Every tier of one run (the evidence writer adds the provenance when the cells are written)."""
     chain = settings if isinstance(settings, Chain) else Chain(settings)
     settings = chain.settings
     cells = [chain.cell(tier) for tier in chain.tiers]
     m = chain.manifest
     return ChainResult(
-        profile=settings.profile,
+        profile=chain.profile_label,
         model=settings.model,
         layers=chain.cfg.num_layers,
         dtype=DTYPE,
         device=chain.device,
         stock=chain.stock,
-        settings={
-            "seed": settings.seed,
-            "tiers": list(chain.tiers),
-            "training_layouts": [s.name for s in chain.training],
-            "chunk_size": chain.chunk_size,
-            "sampler": "gumbel-max, noise keyed by (seed, request id, position)",
-            "upstream_gradient": f"logical_tensor(case_id, {UPSTREAM_NAME!r}) on scored tokens",
-        },
+        settings=chain.settings_json(),
         workload={"workload_id": m.workload_id, "revision": m.revision, "fingerprint": m.fingerprint},
         contract={"contract_id": chain.contract.contract_id, "fingerprint": chain.contract.fingerprint},
-        provenance=collect_provenance(argv).to_json(),
-        created=utc_now(),
         cells=cells,
     )
 
 
-def output_path(out: Path, settings: ChainSettings, layers: int) -> Path:
-    return out / f"chain-{settings.profile}-{settings.model}-L{layers}.json"
+def output_path(out: Path, profile_label: str, model: str, layers: int) -> Path:
+    """`chain-<profile>[.<arch>]-<model>-L<layers>.json` (file names stay within letters, digits, '.', '_', '-')."""
+    return out / f"chain-{profile_label.replace('@', '.')}-{model}-L{layers}.json"
 
 
 def write_result(
-    result: ChainResult, path: Path, *, force: bool = False, allow_in_checkout: bool = False
+    result: ChainResult,
+    path: Path,
+    *,
+    force: bool = False,
+    allow_in_checkout: bool = False,
+    argv: Sequence[str] | None = None,
 ) -> Path:
-    """Write the result atomically (temp file, fsync, rename); never over an existing file unless ``force``."""
+    """Write the cells into a ws1 evidence file (docs/evidence.md: `chain_cells`, provenance collected by the
+    writer, cells digests), the format `ws1 merge` and `ws1 gate` read; never over an existing file unless
+    ``force``. The matrix axes stay empty: a chain file adds no matrix cell to any merge it joins."""
     if not allow_in_checkout:
         check_outside_checkout(path)
     if path.exists() and not force:
         raise ChainError(f"ws1 chain: {path} exists (pass --force to replace it)")
-    text = json.dumps(result.to_json(), allow_nan=False, indent=1) + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    wl = result.workload
+    header = EvidenceHeader(
+        workload=WorkloadRef(wl["workload_id"], wl["fingerprint"], wl["revision"]),
+        contract_fingerprint=result.contract["fingerprint"],
+        command=" ".join(shlex.quote(a) for a in (argv or ["ws1", "chain"])),
+        axes=Axes.build([], [], [], [], {}),
+    )
+    with EvidenceWriter(path, header, allow_in_checkout=allow_in_checkout, argv=argv) as writer:
+        for cell in result.cells:
+            writer.write_chain_cell(cell.to_json())
+        return writer.finalise()
 
 
 def summary_lines(result: ChainResult, path: Path) -> list[str]:
@@ -645,15 +673,19 @@ def run_cli(args: Any, argv: Sequence[str]) -> int:
         contract=args.contract,
     )
     chain = Chain(settings)  # validates model, layers, tiers and profile before any work
-    path = output_path(out, settings, chain.cfg.num_layers)
+    path = output_path(out, chain.profile_label, settings.model, chain.cfg.num_layers)
     if path.exists() and not args.force:
         raise ChainError(f"ws1 chain: {path} exists (pass --force to replace it)")
     if not args.allow_in_checkout:
         check_outside_checkout(path)
-    result = run_chain(chain, ["ws1", *argv])
-    path = write_result(result, path, force=args.force, allow_in_checkout=args.allow_in_checkout)
-    emit("\n".join(summary_lines(result, path)))
-    return EXIT_PASS if result.verdict == "pass" else EXIT_FAIL
+    result = run_chain(chain)
+    path = write_result(
+        result, path, force=args.force, allow_in_checkout=args.allow_in_checkout, argv=["ws1", *argv]
+    )
+    verdict = gate(path)  # the judgment `ws1 gate FILE` makes, re-derived from what was written
+    q = shlex.quote(str(path))
+    emit("\n".join([*summary_lines(result, path), verdict.lines[0], f"next: ws1 gate {q}; ws1 report {q}"]))
+    return EXIT_PASS if result.verdict == "pass" and verdict.passed else EXIT_FAIL
 
 
 __all__ = [

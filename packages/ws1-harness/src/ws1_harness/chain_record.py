@@ -1,8 +1,9 @@
 """The records `ws1 chain` writes (no torch: the verdict side of the harness can read them).
 
 One `ChainCell` per (profile, model, layers, tier): the judgments of the whole model on that tier's fixture, the
-first divergence when one failed, and what the rollout did. A `ChainResult` holds the cells of one run with
-provenance and the fingerprints of the contract and manifest it was judged against. `to_json` gives plain JSON;
+first divergence when one failed, and what the rollout did. `ChainCell.to_json` is the record `ws1 chain` writes
+into the `chain_cells` of a ws1 evidence file (contracts/evidence.schema.json), where `ws1 gate` re-judges it
+(ws1_harness.chain_rejudge). A `ChainResult` holds the cells of one run with what they were judged against.
 docs/chain.md describes every field.
 """
 
@@ -11,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-CHAIN_SCHEMA = "ws1.chain/1"
 
 #: The judgments of a chain cell, in the order they are reported.
 JUDGMENTS: tuple[str, ...] = (
@@ -40,7 +39,9 @@ class ChainJudgment:
 
 @dataclass(frozen=True)
 class ChainCell:
-    """The chain verdict of one tier: ``status`` is ``pass`` iff every judged judgment passed."""
+    """The chain verdict of one tier: ``status`` is ``green`` iff every judged judgment passed (the words of a
+    matrix cell, so one evidence file speaks one language). ``profile`` is the label the evidence uses
+    (``<profile>@<arch>`` on a GPU); ``device`` is where the model ran (``type``, ``name``, ``capability``)."""
 
     profile: str
     model: str
@@ -51,10 +52,17 @@ class ChainCell:
     judgments: tuple[ChainJudgment, ...]
     first_divergence: Mapping[str, Any] | None = None
     rollout: Mapping[str, Any] = field(default_factory=dict)
+    dtype: str = "bf16"
+    device: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "cpu", "name": "cpu", "capability": None}
+    )
+    stock: bool = False
+    #: what the run was given (seed, training layouts, chunk size, sampler, upstream gradient)
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def status(self) -> str:
-        return "pass" if all(j.passed for j in self.judgments if j.judged) else "fail"
+        return "green" if all(j.passed for j in self.judgments if j.judged) else "red"
 
     @property
     def failed(self) -> tuple[str, ...]:
@@ -67,18 +75,23 @@ class ChainCell:
             "layers": self.layers,
             "tier": self.tier,
             "case_id": self.case_id,
+            "dtype": self.dtype,
+            "device": dict(self.device),
+            "stock": self.stock,
             "status": self.status,
             "failed": list(self.failed),
             "active_tokens": self.active_tokens,
             "judgments": [j.to_json() for j in self.judgments],
             "first_divergence": None if self.first_divergence is None else dict(self.first_divergence),
             "rollout": dict(self.rollout),
+            "settings": dict(self.settings),
         }
 
 
 @dataclass(frozen=True)
 class ChainResult:
-    """One `ws1 chain` run: its cells, what they were judged against, and where they came from."""
+    """One `ws1 chain` run: its cells, what they were judged against, and the run's settings (the writer adds
+    provenance and the cells digest when it puts the cells into an evidence file)."""
 
     profile: str
     model: str
@@ -89,28 +102,8 @@ class ChainResult:
     settings: Mapping[str, Any]
     workload: Mapping[str, Any]
     contract: Mapping[str, Any]
-    provenance: Mapping[str, Any]
-    created: str
     cells: Sequence[ChainCell]
 
     @property
     def verdict(self) -> str:
-        return "pass" if self.cells and all(c.status == "pass" for c in self.cells) else "fail"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": CHAIN_SCHEMA,
-            "created": self.created,
-            "profile": self.profile,
-            "model": self.model,
-            "layers": self.layers,
-            "dtype": self.dtype,
-            "device": self.device,
-            "stock": self.stock,
-            "verdict": self.verdict,
-            "settings": dict(self.settings),
-            "workload": dict(self.workload),
-            "contract": dict(self.contract),
-            "provenance": dict(self.provenance),
-            "cells": [c.to_json() for c in self.cells],
-        }
+        return "pass" if self.cells and all(c.status == "green" for c in self.cells) else "fail"

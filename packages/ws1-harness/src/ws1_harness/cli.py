@@ -169,6 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="require the complete cell set: every operator and tier of the manifest at full widths",
     )
+    t.add_argument(
+        "--require-chain",
+        action="store_true",
+        help="red unless every profile (or, in a ws1 chain file, the file) has a chain cell",
+    )
     t.add_argument("--contract", help="contract the evidence must name (default: the shipped one)")
     t.add_argument("--manifest", help="manifest the evidence must name (default: the shipped one)")
 
@@ -253,6 +258,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         expect_commit=args.expect_commit,
         require_clean=args.require_clean,
         full=args.full,
+        require_chain=args.require_chain,
         contract=args.contract,
         manifest=args.manifest,
     )

@@ -34,12 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ws1_harness.cells import Cell, CellError, CellKey, OperatorInfo, cell_key_of, operator_infos
+from ws1_harness.cells import Cell, CellError, CellKey, OperatorInfo, operator_infos
 from ws1_harness.errors import HarnessError
 from ws1_harness.provenance import collect_provenance
 from ws1_harness.status import CellStatus
 
-SCHEMA_VERSION = 3  # 2: arch-labelled profiles, per-cell device; 3: checks, cells digests, plug-in sources
+# 2: arch-labelled profiles, per-cell device; 3: checks, cells digests, plug-in sources; 4: chain cells
+SCHEMA_VERSION = 4
 PARTIAL_SUFFIX = ".partial.jsonl"
 
 
@@ -112,12 +113,6 @@ class Axes:
             and key.tier in self.tiers
             and key.judgment in self.judgments
         )
-
-
-def axes_of(doc: Mapping[str, Any]) -> Axes:
-    """The Axes recorded in an evidence document."""
-    ax = doc["axes"]
-    return Axes.build(ax["profiles"], ax["operators"], ax["tiers"], ax["judgments"], ax["operator_specs"])
 
 
 @dataclass(frozen=True)
@@ -198,6 +193,11 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def json_safe_copy(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain-JSON copy (tuples become lists), so the digest of what is written equals the digest read back."""
+    return dict(json.loads(_dumps(obj)))
+
+
 def _dumps(obj: Any) -> str:
     """Strict JSON (no NaN/Infinity): a non-finite float in a diagnostic must be converted by its producer."""
     try:
@@ -227,31 +227,43 @@ def cells_digest(cells: Iterable[Mapping[str, Any]]) -> str:
     return sha256_fingerprint([dict(c) for c in cells])
 
 
+def chain_key(raw: Mapping[str, Any]) -> tuple[str, str, int, str]:
+    """A chain cell's identity: (profile, model, layers, tier)."""
+    return (raw["profile"], raw["model"], raw["layers"], raw["tier"])
+
+
+def chain_label(raw: Mapping[str, Any]) -> str:
+    """`chain <profile>/<model>/L<layers>/<tier>`: how the gate and the report name a chain cell."""
+    return f"chain {raw['profile']}/{raw['model']}/L{raw['layers']}/{raw['tier']}"
+
+
 def shard_cells(cells: Iterable[Mapping[str, Any]], index: int) -> list[dict[str, Any]]:
     """The cells of a merged file that came from shard `index`, as that shard recorded them (no `shard` key)."""
     return [{k: v for k, v in c.items() if k != "shard"} for c in cells if c.get("shard") == index]
 
 
 def _check_digests(doc: Mapping[str, Any], source: str) -> None:
-    cells = doc["cells"]
-    recorded = doc["cells_digest"]
-    if recorded is None:
-        if doc["finalised"]:
-            raise DigestError(f"{source}: cells_digest: a finalised file must record the digest of its cells")
-        return
-    actual = cells_digest(cells)
-    if recorded != actual:
-        raise DigestError(
-            f"{source}: cells_digest: {recorded[:19]}... does not match the cells ({actual[:19]}...): "
-            "the cells were edited after the file was written"
-        )
-    for i, entry in enumerate(doc["shards"]):
-        actual = cells_digest(shard_cells(cells, i))
-        if entry["cells_digest"] != actual:
+    if doc["cells_digest"] is None and doc["chain_cells_digest"] is None and not doc["finalised"]:
+        return  # a partial file: no digest yet
+    for field, what in (("cells", "cells"), ("chain_cells", "chain cells")):
+        recorded = doc[f"{field}_digest"]
+        if recorded is None:
             raise DigestError(
-                f"{source}: shards[{i}] ({entry['file']}): cells digest {entry['cells_digest'][:19]}... does "
-                f"not match the cells of that shard in this file ({actual[:19]}...)"
+                f"{source}: {field}_digest: a finalised file must record the digest of its {what}"
             )
+        actual = cells_digest(doc[field])
+        if recorded != actual:
+            raise DigestError(
+                f"{source}: {field}_digest: {recorded[:19]}... does not match the {what} ({actual[:19]}...): "
+                f"the {what} were edited after the file was written"
+            )
+        for i, entry in enumerate(doc["shards"]):
+            actual = cells_digest(shard_cells(doc[field], i))
+            if entry[f"{field}_digest"] != actual:
+                raise DigestError(
+                    f"{source}: shards[{i}] ({entry['file']}): {what} digest {entry[f'{field}_digest'][:19]}... "
+                    f"does not match the {what} of that shard in this file ({actual[:19]}...)"
+                )
 
 
 def _schema_check(doc: Any, source: str) -> None:
@@ -285,6 +297,18 @@ def validate_evidence(doc: Any, source: str) -> None:
             )
         if n_shards and cell.shard is None:
             raise EvidenceError(f"{source}: cells[{i}]: a merged file's cell must name its shard")
+    chain_seen: set[tuple[str, str, int, str]] = set()
+    for i, raw in enumerate(doc["chain_cells"]):
+        if chain_key(raw) in chain_seen:
+            raise EvidenceError(f"{source}: chain_cells[{i}]: duplicate {chain_label(raw)}")
+        chain_seen.add(chain_key(raw))
+        shard = raw.get("shard")
+        if shard is not None and shard >= n_shards:
+            raise EvidenceError(
+                f"{source}: chain_cells[{i}]: shard index {shard} but {n_shards} shards recorded"
+            )
+        if n_shards and shard is None:
+            raise EvidenceError(f"{source}: chain_cells[{i}]: a merged file's chain cell must name its shard")
     _check_digests(doc, source)
     workload = doc["workload"]
     if not workload["id"].endswith(f".r{workload['revision']}"):
@@ -319,8 +343,13 @@ def _read_partial(text: str, source: str, tolerate_torn_tail: bool) -> dict[str,
     records = []
     for n, line in enumerate(lines, start=1):
         rec = _parse_json(line, f"{source}:{n}")
-        if not isinstance(rec, dict) or rec.get("record") not in ("header", "cell", "inventory"):
-            raise EvidenceError(f"{source}:{n}: not a header, cell or inventory record")
+        if not isinstance(rec, dict) or rec.get("record") not in (
+            "header",
+            "cell",
+            "chain_cell",
+            "inventory",
+        ):
+            raise EvidenceError(f"{source}:{n}: not a header, cell, chain cell or inventory record")
         records.append(rec)
     if records[0]["record"] != "header" or any(r["record"] == "header" for r in records[1:]):
         raise EvidenceError(f"{source}: a partial file is one header record followed by cell records")
@@ -330,6 +359,7 @@ def _read_partial(text: str, source: str, tolerate_torn_tail: bool) -> dict[str,
     cells: list[Any] = [r.get("cell") for r in records[1:] if r["record"] == "cell"]
     doc = dict(header)
     doc["cells"] = cells
+    doc["chain_cells"] = [r.get("cell") for r in records[1:] if r["record"] == "chain_cell"]
     for rec in records[1:]:
         if rec["record"] == "inventory":
             doc["inventory"] = rec.get("inventory")
@@ -337,6 +367,7 @@ def _read_partial(text: str, source: str, tolerate_torn_tail: bool) -> dict[str,
         doc["counts"] = counts_of(cells)
     doc["finalised"] = False
     doc["cells_digest"] = None  # a partial file has no digest; the gate reads it as red (not finalised)
+    doc["chain_cells_digest"] = None
     return doc
 
 
@@ -427,11 +458,14 @@ class EvidenceWriter:
             "provenance": collect_provenance(argv).to_json(),
             **header.to_json(),
             "cells_digest": None,
+            "chain_cells": [],
+            "chain_cells_digest": None,
             "shards": [],
             "inventory": [],
         }
         self._cells: list[dict[str, Any]] = []
         self._keys: set[CellKey] = set()
+        self._chain_cells: list[dict[str, Any]] = []
         self._finalised = False
         # Validate the header now (with no cells) so a bad header fails before any work is done.
         validate_evidence({**self._doc, "counts": counts_of([]), "cells": []}, str(self.partial_path))
@@ -459,6 +493,17 @@ class EvidenceWriter:
         self._keys.add(cell.key)
         self._cells.append(raw)
 
+    def write_chain_cell(self, raw: Mapping[str, Any]) -> None:
+        """Append one `ws1 chain` cell (`ChainCell.to_json()`), durably. Refuses a key written twice; the
+        schema is checked on finalise."""
+        if self._finalised:
+            raise EvidenceError(f"{self.path}: already finalised")
+        if any(chain_key(c) == chain_key(raw) for c in self._chain_cells):
+            raise EvidenceError(f"{self.partial_path}: {chain_label(raw)} written twice")
+        cell = json_safe_copy(raw)
+        self._append({"record": "chain_cell", "cell": cell})
+        self._chain_cells.append(cell)
+
     def set_inventory(self, items: Sequence[Mapping[str, Any]]) -> None:
         """Record the C5 inventory (one entry per profile and item); written with the final document."""
         if self._finalised:
@@ -485,6 +530,8 @@ class EvidenceWriter:
             "counts": counts_of(self._cells),
             "cells": list(self._cells),
             "cells_digest": cells_digest(self._cells),
+            "chain_cells": list(self._chain_cells),
+            "chain_cells_digest": cells_digest(self._chain_cells),
         }
         self.close()
         write_evidence_json(doc, self.path, allow_in_checkout=self.allow_in_checkout)
@@ -498,8 +545,3 @@ class EvidenceWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def cell_keys(doc: Mapping[str, Any]) -> list[CellKey]:
-    """The keys of a document's cells, in file order."""
-    return [cell_key_of(c) for c in doc["cells"]]

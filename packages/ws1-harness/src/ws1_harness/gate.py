@@ -22,6 +22,10 @@ What makes it fail closed:
 - `--model tiny` and `--op` subsets once passed as if they were the run. A run short of the complete cell set
   says so in its verdict line (`PASS (reduced: model tiny, operators 2/12, tiers 2/3)`); `full=True`
   (`ws1 gate --full`) makes every gap red.
+- Chain cells (`ws1 chain`, the whole model: rollout against trainer) are re-judged from their own aggregates
+  and flags (ws1_harness.chain_rejudge) whenever they are present; `require_chain=True` (`ws1 gate
+  --require-chain`) makes a profile without one red. A red chain cell's problem line names its first diverging
+  node, layer and logical token.
 No torch is imported here.
 """
 
@@ -33,10 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from ws1_harness import cells as _cells
+from ws1_harness import chain_rejudge as _chain
 from ws1_harness import inventory as _inventory
 from ws1_harness import rejudge as _rejudge
 from ws1_harness.cells import CellError, CellKey, ExpectedCell, cell_key_of
-from ws1_harness.evidence import DigestError, EvidenceError, read_evidence, validate_evidence
+from ws1_harness.evidence import DigestError, EvidenceError, chain_label, read_evidence, validate_evidence
 from ws1_harness.rejudge import GateReference, GateReferenceError, load_reference
 from ws1_harness.status import NA_REASONS, CellStatus, ReasonCode
 
@@ -98,8 +103,8 @@ def device_contradictions(doc: Mapping[str, Any]) -> list[str]:
         if prov["device"] != "cuda" and prov["capability"] is not None:
             where = "provenance" if i == 0 else f"shards[{i - 1}].provenance"
             out.append(f"{where}: device {prov['device']} with CUDA capability {prov['capability']}")
-    for cell in doc["cells"]:
-        where = cell_key_of(cell).label()
+    for cell in [*doc["cells"], *doc["chain_cells"]]:
+        where = chain_label(cell) if "layers" in cell else cell_key_of(cell).label()
         idx = cell.get("shard")
         prov = (
             shards[idx]["provenance"]
@@ -222,12 +227,14 @@ def gate(
     reference: GateReference | None = None,
     contract: str | Path | None = None,
     manifest: str | Path | None = None,
+    require_chain: bool = False,
 ) -> GateResult:
     """Judge an evidence document (or file). `expected_cells` overrides the set derived from the axes.
 
     The evidence is judged against `reference`, else the contract and manifest files given (None: the shipped
     ones). `full` requires the complete cell set (every operator and tier of the manifest at the full model's
-    widths, every judgment, no shard, no absent optional cell).
+    widths, every judgment, no shard, no absent optional cell). Chain cells present are always judged;
+    `require_chain` makes every profile on the axes (or, in a file without matrix axes, the file) need one.
     """
     expected = expected_cells
     if source is None:
@@ -320,12 +327,42 @@ def gate(
             problems.append(problem)
         elif raw["status"] == CellStatus.GREEN.value and exp.required and cell_ok:
             n_green_required += 1
-    if n_green_required == 0:
+    n_chain = {"green": 0, "red": 0}
+    for raw in doc["chain_cells"]:
+        label = chain_label(raw)
+        disagreement = _chain.chain_disagreement(raw, ref)
+        if disagreement is not None:
+            problems.append(Problem("red", "verdict_mismatch", f"{label}: {disagreement}"))
+        if raw["status"] != "green":
+            where = _chain.divergence_text(raw)
+            problems.append(
+                Problem(
+                    "red",
+                    "chain_red",
+                    f"{label}: red ({', '.join(raw['failed'])})" + (f"; {where}" if where else ""),
+                )
+            )
+        elif disagreement is None:
+            n_chain["green"] += 1
+            continue
+        n_chain["red"] += 1
+    if require_chain:
+        with_chain = {c["profile"] for c in doc["chain_cells"]}
+        for profile in doc["axes"]["profiles"]:
+            if profile not in with_chain:
+                problems.append(Problem("red", "chain_missing", f"{profile}: --require-chain: no chain cell"))
+        if not doc["axes"]["profiles"] and not doc["chain_cells"]:
+            problems.append(Problem("red", "chain_missing", "--require-chain: no chain cell"))
+    if n_green_required == 0 and n_chain["green"] == 0:
         problems.append(Problem("red", "no_green", "no executed green required cell"))
 
     problems += _inventory_problems(doc)
 
-    gaps = tuple(_rejudge.full_run_gaps(doc, ref, n_missing_optional))
+    if not doc["axes"]["operators"] and doc["chain_cells"]:
+        matrix_gaps = ["no matrix cell"]  # a `ws1 chain` file: the chain alone, said once
+    else:
+        matrix_gaps = _rejudge.full_run_gaps(doc, ref, n_missing_optional)
+    gaps = tuple(matrix_gaps + _chain.chain_gaps(doc, ref))
     if full:
         for gap in gaps:
             problems.append(Problem("red", "not_full", f"--full: not the complete cell set: {gap}"))
@@ -344,7 +381,8 @@ def gate(
         + " ".join(f"{s.value}={counts[s.value]}" for s in CellStatus)
         + f" total={counts['total']} expected={len(expected)} green_required={n_green_required}"
         + (f" optional_absent={n_missing_optional}" if n_missing_optional else "")
-        + (" pending_arch_allowed" if allow_pending_arch else ""),
+        + (" pending_arch_allowed" if allow_pending_arch else "")
+        + (f" chain green={n_chain['green']} red={n_chain['red']}" if doc["chain_cells"] else ""),
         f"problems: red={n_red} pending={n_pending}",
     ]
     for p in problems[:_MAX_PROBLEM_LINES]:

@@ -4,11 +4,13 @@ Shards are run separately (per profile, per GPU kind, `--shard i/n`) and merged 
 only meaningful when every shard judged the same code against the same workload and contract, so the merge
 refuses shards that disagree on the schema version, git commit, dirty flag, workload (id, fingerprint,
 revision), contract fingerprint, judgments or operator specs, shards that are not finalised, shards that are
-themselves merges, and shards that overlap (the same cell key twice). Evidence from another commit is never
-mixed in (an earlier gate accepted it on the claim that later commits did not change operators). The merged
-file records every shard (file name, hash, command, provenance, counts, the shard's own cells digest), and each
-cell records the index of the shard it came from; the merged file's own cells digest covers the merged cells.
-Every reader recomputes both, so a cell edited in the merged file is refused even where the shard files are gone.
+themselves merges, and shards that overlap (the same cell key, or the same chain cell, twice). A `ws1 chain`
+shard (chain cells, no matrix axes) merges with the matrix shards of the same commit, workload and contract.
+Evidence from another commit is never mixed in (an earlier gate accepted it on the claim that later commits did
+not change operators). The merged file records every shard (file name, hash, command, provenance, counts, the
+shard's own cells digests), and each cell (matrix or chain) records the index of the shard it came from; the
+merged file's own digests cover the merged cells. Every reader recomputes them, so a cell edited in the merged
+file is refused even where the shard files are gone.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from ws1_harness.evidence import (
     SCHEMA_VERSION,
     EvidenceError,
     cells_digest,
+    chain_key,
+    chain_label,
     counts_of,
     file_sha256,
     load_evidence,
@@ -76,7 +80,11 @@ def merge(
     _agree(named, "workload fingerprint", lambda d: d["workload"]["fingerprint"])
     _agree(named, "workload revision", lambda d: d["workload"]["revision"])
     _agree(named, "contract fingerprint", lambda d: d["contract"]["fingerprint"])
-    _agree(named, "judgments", lambda d: sorted(d["axes"]["judgments"]))
+    # A chain shard (`ws1 chain`: chain cells, empty matrix axes) renders no matrix judgment; the matrix shards
+    # among the inputs must still agree on theirs.
+    matrix = [(name, doc) for name, doc in named if doc["axes"]["operators"]]
+    if matrix:
+        _agree(matrix, "judgments", lambda d: sorted(d["axes"]["judgments"]))
 
     specs: dict[str, Any] = {}
     for name, doc in named:
@@ -94,6 +102,17 @@ def merge(
                 raise MergeError(f"merge: shards overlap: {key.label()} is in {owner[key]} and {name}")
             owner[key] = name
             cells.append({**raw, "shard": index})
+    chain_owner: dict[tuple[str, str, int, str], str] = {}
+    chain_cells: list[dict[str, Any]] = []
+    for index, (name, doc) in enumerate(named):
+        for raw in doc["chain_cells"]:
+            ckey = chain_key(raw)
+            if ckey in chain_owner:
+                raise MergeError(
+                    f"merge: shards overlap: {chain_label(raw)} is in {chain_owner[ckey]} and {name}"
+                )
+            chain_owner[ckey] = name
+            chain_cells.append({**raw, "shard": index})
 
     inventory: dict[tuple[str, str], dict[str, Any]] = {}
     for _, doc in named:
@@ -124,6 +143,8 @@ def merge(
         "counts": counts_of(cells),
         "cells": cells,
         "cells_digest": cells_digest(cells),
+        "chain_cells": chain_cells,
+        "chain_cells_digest": cells_digest(chain_cells),
         "inventory": [inventory[k] for k in sorted(inventory)],
         "shards": [
             {
@@ -134,6 +155,7 @@ def merge(
                 "provenance": doc["provenance"],
                 "counts": doc["counts"],
                 "cells_digest": doc["cells_digest"],
+                "chain_cells_digest": doc["chain_cells_digest"],
             }
             for name, doc, digest in loaded
         ],

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as _field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,10 @@ class ManifestInfo:
     tiers: tuple[str, ...]
     full_models: tuple[str, ...]
     profiles: tuple[str, ...]
+    #: the stock baselines: profiles the manifest lets run on any device (their op watch is recorded, not gated)
+    stock_profiles: frozenset[str] = frozenset()
+    #: layers of each model of the manifest (a chain cell names its model and how many layers ran)
+    model_layers: Mapping[str, int] = _field(default_factory=dict)
 
     @property
     def canonical(self) -> str:
@@ -149,6 +154,10 @@ def load_manifest_info(path: str | Path | None = None) -> ManifestInfo:
         tiers=tuple(doc["fixtures"]["tiers"]),
         full_models=tuple(name for name, m in doc["models"].items() if m.get("scale") == "full"),
         profiles=tuple(doc.get("profiles", {})),
+        stock_profiles=frozenset(
+            name for name, spec in doc.get("profiles", {}).items() if spec.get("device") == "any"
+        ),
+        model_layers={name: int(m["num_layers"]) for name, m in doc["models"].items()},
     )
     if sum(lay.type == CANONICAL_LAYOUT_TYPE for lay in info.layouts) != 1:
         raise GateReferenceError(f"{source}: layouts: expected exactly one {CANONICAL_LAYOUT_TYPE!r} layout")

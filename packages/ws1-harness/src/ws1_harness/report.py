@@ -173,10 +173,78 @@ def render_markdown(doc: Mapping[str, Any], source: str = "evidence") -> str:
             entries.append(GLYPH[status] + (f" {reason}" if reason else ""))
         out.append(f"| {profile} | {op} | " + " | ".join(entries) + " |")
     out.append("")
+    out += _chain_section(doc)
     out += _mismatch_section(doc)
     out += _time_section(doc)
     out += _shards_section(doc)
     return "\n".join(out)
+
+
+CHAIN_SHORT = {
+    "parity": "parity",
+    "logprob_accuracy": "logp acc",
+    "gradient_invariance": "grad inv",
+    "gradient_accuracy": "grad acc",
+    "op_watch": "op watch",
+}
+
+
+def _chain_glyph(ok: bool | None, judged: bool = True) -> str:
+    if ok is None:
+        return "·"
+    return ("✅" if ok else "❌") + ("" if judged else " (recorded)")
+
+
+def _chain_section(doc: Mapping[str, Any]) -> list[str]:
+    """Per chain cell: the verdict, a table of training layouts × judgments (the judgments that compare
+    layouts; the others in the `packed` row), the aggregates, and the first divergence."""
+    from ws1_harness.chain_rejudge import divergence_text
+    from ws1_harness.evidence import chain_label
+
+    chain = doc.get("chain_cells") or []
+    if not chain:
+        return []
+    out = ["## Chain", ""]
+    for cell in chain:
+        js = {j["name"]: j for j in cell["judgments"]}
+        out.append(
+            f"### {chain_label(cell)}: {GLYPH.get(cell['status'], cell['status'])} {cell['status']}"
+            + (f" (failed: {', '.join(cell['failed'])})" if cell["failed"] else "")
+        )
+        out.append("")
+        parity = js.get("parity", {}).get("detail", {}).get("layouts", {})
+        inv = js.get("gradient_invariance", {}).get("detail", {}).get("layouts", {})
+        names = list(parity) or ["packed"]
+        header = ["layout", *(CHAIN_SHORT.get(n, n) for n in js)]
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "---|" * len(header))
+        for i, layout in enumerate(names):
+            row = [layout]
+            for name, j in js.items():
+                if name == "parity":
+                    row.append(_chain_glyph(parity.get(layout, {}).get("passed")))
+                elif name == "gradient_invariance":
+                    flags = inv.get(layout, {}).get("bits_equal")
+                    row.append(
+                        "packed is the reference" if flags is None else _chain_glyph(all(flags.values()))
+                    )
+                else:
+                    row.append(_chain_glyph(j["passed"], j["judged"]) if i == 0 else "")
+            out.append("| " + " | ".join(row) + " |")
+        out.append("")
+        for name in ("parity", "logprob_accuracy"):
+            det = js.get(name, {}).get("detail", {})
+            rows = det.get("layouts", {"packed": det}) if name == "parity" else {"packed": det}
+            for layout, r in rows.items():
+                figures = ", ".join(
+                    f"{a} {r[a]:.3g}" for a in ("max_abs_dlogp", "approx_kl0", "clipfrac0") if a in r
+                )
+                out.append(
+                    f"- {name} {layout}: {r.get('tokens')} tokens, {figures or r.get('why', 'no aggregate')}"
+                )
+        where = divergence_text(cell)
+        out += [f"- {where}" if where else "- no divergence", ""]
+    return out
 
 
 def mismatches(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
