@@ -1,4 +1,5 @@
-"""Evidence files: schema round trip, crash-safe partial files, refusals (traps 1, 6, 20, 23)."""
+"""Evidence files: schema round trip, crash-safe partial files, refusals (empty, truncated, overwritten or
+in-checkout files)."""
 
 from __future__ import annotations
 

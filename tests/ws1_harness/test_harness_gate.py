@@ -1,4 +1,5 @@
-"""Gate exit codes for every way evidence can be wrong (traps 1, 2, 11). Counts come from the axes."""
+"""Gate exit codes for every way evidence can be wrong: empty or truncated files, a failing verdict kind that
+went uncounted, hard-coded cell counts. Counts come from the axes."""
 
 from __future__ import annotations
 
@@ -159,7 +160,7 @@ def test_all_pending_is_red_for_lack_of_green_when_allowed(factory) -> None:
     expected = factory.Synth().expected()
     overrides = {k: ("pending_arch", "arch_unavailable") for k, e in expected.items() if e.na_reason is None}
     writer, _ = factory.write("all_pending", factory.Synth(overrides=overrides))
-    assert gate(writer.path).exit_code == EXIT_RED  # zero green required cells (trap 1)
+    assert gate(writer.path).exit_code == EXIT_RED  # zero green required cells: an empty run never passes
     result = gate(writer.path, allow_pending_arch=True)
     assert result.exit_code == EXIT_RED and "no_green" in _codes(result)
 
@@ -230,7 +231,7 @@ def test_gate_red_on_any_open_inventory_verdict(factory, verdict: str) -> None:
 
 
 def test_gate_rederives_node_items_from_cells(factory, monkeypatch) -> None:
-    """A red rope cell fails the rope inventory item even though no stored entry says so (trap 2)."""
+    """A red rope cell fails the rope inventory item even though no stored entry says so: every failing kind counts."""
     from ws1_harness.cells import CellKey
 
     spec = {"op_class": "elementwise", "differentiable": True, "optional": False, "layout_only": False}

@@ -186,7 +186,8 @@ class _CallRecorder:
     "layout_name", ["packed", "split_1", "split_half", "chunked", "padded_right", "decode"]
 )
 def test_adapters_execute_the_physical_layout(layout_name: str) -> None:
-    """B=N is one call, micro-batches and chunks split it, padding reaches the op (trap 3)."""
+    """B=N is one call, micro-batches and chunks split it, padding reaches the op: a layout
+    compared with itself would make every invariance verdict void."""
     spec = next(s for s in MANIFEST.layouts if s.name == layout_name)
     recorder = _CallRecorder(gp.portable("silu").fn)
     judge_specs = tuple(s for s in MANIFEST.layouts if s.name in ("packed", layout_name))

@@ -1,4 +1,5 @@
-"""Merge refuses shards that cannot belong together (trap 22) and records where each cell came from."""
+"""Merge refuses shards that cannot belong together (other commit, contract or workload; overlapping
+cells) and records where each cell came from."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Status/reason registry, cell records, and the expected cell set derived from the axes (trap 11)."""
+"""Status/reason registry, cell records, and the expected cell set derived from the axes (never a
+hard-coded count)."""
 
 from __future__ import annotations
 

@@ -505,7 +505,7 @@ class EvidenceWriter:
         self._chain_cells.append(cell)
 
     def set_inventory(self, items: Sequence[Mapping[str, Any]]) -> None:
-        """Record the C5 inventory (one entry per profile and item); written with the final document."""
+        """Record the inventory of small elementwise steps (one entry per profile and item); written with the final document."""
         if self._finalised:
             raise EvidenceError(f"{self.path}: already finalised")
         self._doc["inventory"] = [dict(i) for i in items]
