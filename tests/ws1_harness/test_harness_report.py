@@ -97,10 +97,9 @@ def test_report_never_prints_python_none(factory) -> None:
 
 def test_an_unknown_commit_is_said_plainly(factory, monkeypatch) -> None:
     """The heatmap title once read `file @ unknown: RED`."""
+    import ws1_harness.provenance as prov
     from ws1_harness.evidence import read_evidence
     from ws1_harness.report import heatmap_title, render_markdown
-
-    import ws1_harness.provenance as prov
 
     monkeypatch.delenv("WS1_SOURCE_COMMIT", raising=False)
     monkeypatch.setattr(prov.shutil, "which", lambda name: None)  # no git: the commit cannot be known

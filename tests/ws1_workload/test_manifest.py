@@ -154,7 +154,10 @@ def test_schema_violations(write_manifest, edit, needle):
     [
         (lambda d: d["fixtures"].update(token_id_limit=6000), "outside the vocab"),
         (lambda d: d["models"]["tiny"].update(num_kv_heads=3), "not a multiple"),
-        (lambda d: d["fixtures"]["tiers"]["short"]["samples"][0].update(prompt_len=17), "no completion token"),
+        (
+            lambda d: d["fixtures"]["tiers"]["short"]["samples"][0].update(prompt_len=17),
+            "no completion token",
+        ),
         (lambda d: d["layouts"][6]["params"].update(chunk_size=20), "fewer than 2 chunks"),
         (lambda d: d["operators"].pop("silu"), "missing ['silu']"),
         (lambda d: d["profiles"]["portable_cpu"]["nodes"].pop("rope"), "missing ['rope']"),
