@@ -1,4 +1,5 @@
-"""portable_cpu gives the same bits for a row whatever the batch; the stock baseline does not.
+"""Every batch-invariant profile (each one with candidates but the stock baseline; portable_cpu on a CPU, Triton
+where the registry finds its GPU) gives the same bits for a row whatever the batch; the stock baseline does not.
 
 Every comparison restores logical order first and compares integer views.  Training layouts are compared on the
 output, the token gradients and the parameter gradient (``main_grad`` across micro-batch splits and
@@ -10,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kernels_support import INFERENCE, OP_CLASS, TRAINING, Batch, assert_bitwise, bits, layout, make_case, run
+from profiles_support import BATCH_INVARIANT_PROFILES, resolve_or_skip
 
 from ws1_kernels import registry
 
@@ -22,24 +24,25 @@ BATCH = Batch((7, 70, 3, 33, 17), (3, 20, 1, 30, 5))
 def canonical():
     cache = {}
 
-    def get(op):
-        if op not in cache:
-            cand = registry.resolve("portable_cpu", op)
+    def get(profile, op):
+        if (profile, op) not in cache:
+            cand = resolve_or_skip(profile, op)
             case = make_case(op, BATCH, DIMS, seed=3)
-            cache[op] = (
+            cache[profile, op] = (
                 cand,
                 case,
                 run(cand.fn, case, BATCH, layout(BATCH, "packed"), rule=cand.param_grad_rule),
             )
-        return cache[op]
+        return cache[profile, op]
 
     return get
 
 
 @pytest.mark.parametrize("lay", [t for t in TRAINING if t != "packed"])
 @pytest.mark.parametrize("op", sorted(OP_CLASS))
-def test_training_layouts_bitwise(canonical, op: str, lay: str) -> None:
-    cand, case, ref = canonical(op)
+@pytest.mark.parametrize("profile", BATCH_INVARIANT_PROFILES)
+def test_training_layouts_bitwise(canonical, profile: str, op: str, lay: str) -> None:
+    cand, case, ref = canonical(profile, op)
     res = run(cand.fn, case, BATCH, layout(BATCH, lay), rule=cand.param_grad_rule)
     assert_bitwise(f"{op} {lay} out", res.out, ref.out)
     for name in ref.grads:
@@ -59,15 +62,17 @@ def test_training_layouts_bitwise(canonical, op: str, lay: str) -> None:
         if not (op == "attention" and lay == "rows_alone")
     ],
 )
-def test_inference_layouts_and_rows_alone_bitwise(canonical, op: str, lay: str) -> None:
-    cand, case, ref = canonical(op)
+@pytest.mark.parametrize("profile", BATCH_INVARIANT_PROFILES)
+def test_inference_layouts_and_rows_alone_bitwise(canonical, profile: str, op: str, lay: str) -> None:
+    cand, case, ref = canonical(profile, op)
     res = run(cand.fn, case, BATCH, layout(BATCH, lay), rule=cand.param_grad_rule, backward=False)
     assert_bitwise(f"{op} {lay} out", res.out, ref.out)
 
 
-def test_attention_prefill_chunked_decode_same_bits(canonical) -> None:
+@pytest.mark.parametrize("profile", BATCH_INVARIANT_PROFILES)
+def test_attention_prefill_chunked_decode_same_bits(canonical, profile: str) -> None:
     """The guard the key-block design exists for: prefill, chunked prefill (prefix) and decode agree."""
-    cand, case, ref = canonical("attention")
+    cand, case, ref = canonical(profile, "attention")
     outs = {
         lay: run(cand.fn, case, BATCH, layout(BATCH, lay), rule=None, backward=False).out
         for lay in ("chunked_5", "chunked_64", "decode")

@@ -8,6 +8,14 @@ import types
 import pytest
 import torch
 from kernels_support import INFERENCE, OP_CLASS, TRAINING, Batch, layout, make_case, run
+from profiles_support import (
+    CANDIDATE_OPS,
+    CANDIDATE_PROFILES,
+    DECLARED_ONLY,
+    PROFILES,
+    resolve_or_skip,
+    unrunnable,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ws1_kernels import Candidate, CandidateUnavailable, RegistryError, launches, registry
@@ -16,16 +24,59 @@ DIMS = dict(hidden=64, vocab=300, inter=48, heads=4, kv_heads=2, head_dim=32)
 BATCH = Batch((5, 9, 3), (2, 4, 1))
 
 
-def test_builtin_profiles_resolve_with_ids() -> None:
-    for profile in ("portable_cpu", "native_torch"):
-        for op in OP_CLASS:
-            c = registry.resolve(profile, op, "cpu")
-            assert c.candidate_id == f"{profile}.{op}" and c.min_arch is None
-            assert c.kernel_id.startswith("ws1.cpu." if profile == "portable_cpu" else "ws1.native.")
-            assert all(o.startswith("aten.") for o in c.declared_ops)
+@pytest.mark.parametrize("profile", CANDIDATE_PROFILES)
+def test_every_profile_registers_well_formed_candidates(profile: str) -> None:
+    """One candidate per operator, named ``<profile>.<operator>``, aten ops declared, a weight rule iff a weight."""
+    cands = registry.candidates(profile)
+    assert set(cands) <= set(CANDIDATE_OPS) and cands
+    for op, c in cands.items():
+        assert c.candidate_id == f"{profile}.{op}"
+        assert c.declared_ops and all(o.startswith("aten.") for o in c.declared_ops)
+        assert (c.param_grad_rule is not None) == (op in registry.PARAM_OPERATORS)
+
+
+def test_builtin_kernel_ids_and_rules() -> None:
+    """The two CPU profiles' ids name their backend and their weight-gradient rules differ."""
+    for profile, prefix in (("portable_cpu", "ws1.cpu."), ("native_torch", "ws1.native.")):
+        for op in CANDIDATE_OPS:
+            assert registry.resolve(profile, op, "cpu").kernel_id.startswith(prefix)
     assert registry.resolve("portable_cpu", "lm_head").param_grad_rule == "sample_blocks_main_grad"
     assert registry.resolve("native_torch", "lm_head").param_grad_rule == "autograd_accumulate"
     assert registry.resolve("portable_cpu", "silu").param_grad_rule is None
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_profile_runs_here_or_is_refused_for_hardware(profile: str) -> None:
+    """A kernel test skips a candidate only where the registry says hardware_only; every other profile must run.
+    Profiles declared without any candidate fail closed by design (checked below with their reasons)."""
+    if profile in DECLARED_ONLY:
+        with pytest.raises(CandidateUnavailable, match="no candidate registered yet|needs CUDA"):
+            registry.resolve(profile, "det_gemm", "cpu")
+        return
+    assert unrunnable(profile) == []
+
+
+def test_a_profile_with_a_missing_candidate_is_neither_runnable_nor_hardware_only() -> None:
+    """Negative control: a profile with only a silu candidate (and one with a GPU-only silu) is caught."""
+    registry.register_profile("plug_partial", _plugin_candidates("plug_partial"), replace=True)
+    assert "plug_partial.rms_norm: " in "\n".join(unrunnable("plug_partial"))
+    assert not any(line.startswith("plug_partial.silu") for line in unrunnable("plug_partial"))
+    registry.register_profile(
+        "plug_partial_gpu", _plugin_candidates("plug_partial_gpu", device="cuda"), replace=True
+    )
+    missing = unrunnable("plug_partial_gpu")
+    assert len(missing) == len(CANDIDATE_OPS) - 1 and not any("silu" in m for m in missing)
+
+
+def test_resolve_or_skip_skips_only_what_the_registry_calls_hardware() -> None:
+    """A GPU-only candidate on this CPU call is skipped; a missing candidate raises (fails the test)."""
+    registry.register_profile(
+        "plug_skip_gpu", _plugin_candidates("plug_skip_gpu", device="cuda"), replace=True
+    )
+    with pytest.raises(pytest.skip.Exception, match="hardware_only"):
+        resolve_or_skip("plug_skip_gpu", "silu", "cpu")
+    with pytest.raises(CandidateUnavailable, match="no candidate registered for this operator"):
+        resolve_or_skip("plug_skip_gpu", "rms_norm", "cpu")
 
 
 @pytest.mark.parametrize(
@@ -152,11 +203,11 @@ class _Ops(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("profile", ["portable_cpu", "native_torch"])
+@pytest.mark.parametrize("profile", CANDIDATE_PROFILES)
 @pytest.mark.parametrize("op", sorted(OP_CLASS))
 def test_launch_log_and_declared_ops(profile: str, op: str) -> None:
     """Kernel ids are recorded at the launch site (fwd and bwd); every dispatched aten op is declared."""
-    cand = registry.resolve(profile, op)
+    cand = resolve_or_skip(profile, op)
     case = make_case(op, BATCH, DIMS)
     for lay in ("packed", "padded_left", "decode"):
         mode = _Ops()
