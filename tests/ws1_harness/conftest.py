@@ -209,21 +209,18 @@ def bitwise_spec(contract):
     return contract.resolve("forward_invariance", "elementwise", "bf16")
 
 
-REAL_COMMIT = "a" * 40
+from commit_support import REAL_COMMIT, stated_commit  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def real_evidence(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real finalised evidence file, written once per session by `ws1 matrix` in this process: portable_cpu,
     tiny widths, rms_norm and det_gemm, default tiers (16 green cells), from a clean tree at REAL_COMMIT."""
-    import os
 
     from ws1_harness import cli
 
     out = tmp_path_factory.mktemp("real_evidence")
-    saved = {k: os.environ.get(k) for k in ("WS1_SOURCE_COMMIT", "WS1_SOURCE_DIRTY")}
-    os.environ.update(WS1_SOURCE_COMMIT=REAL_COMMIT, WS1_SOURCE_DIRTY="0")
-    try:
+    with stated_commit(REAL_COMMIT):
         argv = [
             "matrix",
             "--profile",
@@ -236,12 +233,6 @@ def real_evidence(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "det_gemm",
         ]
         code = cli.main([*argv, "--in-process", "--out", str(out)])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     path = out / "portable_cpu.json"
     assert code == 0 and path.is_file(), code
     return path

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from commit_support import REAL_COMMIT, stated_commit  # noqa: E402
+
 from ws1_harness.chain import Chain, ChainSettings, output_path, run_chain, write_result  # noqa: E402
 from ws1_harness.cli import main  # noqa: E402
 from ws1_harness.evidence import cells_digest, load_evidence, write_evidence_json  # noqa: E402
@@ -26,27 +27,17 @@ from ws1_harness.gate import EXIT_BAD_INPUT, EXIT_PASS, EXIT_RED, gate  # noqa: 
 from ws1_harness.merge import merge  # noqa: E402
 from ws1_harness.report import render_markdown  # noqa: E402
 
-REAL_COMMIT = "a" * 40  # the commit of conftest's real_evidence, so the shards merge
-
 
 @pytest.fixture(scope="module")
 def chain_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     out = tmp_path_factory.mktemp("chain_gate")
-    saved = {k: os.environ.get(k) for k in ("WS1_SOURCE_COMMIT", "WS1_SOURCE_DIRTY")}
-    os.environ.update(WS1_SOURCE_COMMIT=REAL_COMMIT, WS1_SOURCE_DIRTY="0")
-    try:
+    with stated_commit(REAL_COMMIT):
         files = {}
         for profile in ("portable_cpu", "native_torch"):
             chain = Chain(ChainSettings(profile=profile, model="tiny", layers=1, tiers=("short",)))
             result = run_chain(chain)
             path = output_path(out, chain.profile_label, "tiny", 1)
             files[profile] = write_result(result, path, argv=["ws1", "chain", "--profile", profile])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     yield files
 
 

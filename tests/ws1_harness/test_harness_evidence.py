@@ -135,3 +135,16 @@ def test_refuses_to_write_inside_a_checkout(factory, tmp_path: Path) -> None:
         EvidenceWriter(repo / "out" / "ev.json", writer.header)
     EvidenceWriter(repo / "ignored" / "ev.json", writer.header).close()
     EvidenceWriter(repo / "out" / "ev.json", writer.header, allow_in_checkout=True).close()
+
+
+def test_only_the_judged_plugins_are_recorded() -> None:
+    """A process may have loaded plug-ins it does not judge (a test session did): their records stay out, so a
+    file's provenance does not depend on what else ran in its process. Control: a judged plug-in is kept."""
+    from ws1_harness.evidence import _judged_plugins
+
+    entry = {"profile": "mine", "module": "m", "file": "m.py", "sha256": None}
+    other = {"profile": "theirs", "module": "t", "file": "t.py", "sha256": None}
+    kept = _judged_plugins({"plugins": [entry, other]}, {"axes": {"profiles": ["mine@sm90"]}})
+    assert kept["plugins"] == [entry]
+    none = _judged_plugins({"plugins": [entry, other]}, {"axes": {"profiles": ["portable_cpu"]}})
+    assert none["plugins"] == []

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from commit_support import REAL_COMMIT  # noqa: E402
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ws1_harness.evidence import cells_digest, shard_cells
 from ws1_harness.gate import EXIT_PASS, gate
 
-REAL_COMMIT = "a" * 40
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "gate.md"
 DIGEST_FIELDS = frozenset({"cells_digest", "shards[].cells_digest"})
 

@@ -13,13 +13,12 @@ import json
 from pathlib import Path
 
 import pytest
+from commit_support import REAL_COMMIT  # noqa: E402
 
 from ws1_harness import cli
 from ws1_harness.evidence import write_evidence_json
 from ws1_harness.gate import EXIT_BAD_INPUT, EXIT_PASS, EXIT_RED, gate
 from ws1_harness.merge import merge
-
-REAL_COMMIT = "a" * 40
 
 
 def _load(path: Path) -> dict:

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from ws1_contract import load_contract
-from ws1_harness.chain_record import ChainCell, ChainJudgment, ChainResult
+from ws1_harness.chain_record import ChainCell, ChainJudgment, ChainResult, thresholds_record
 from ws1_harness.chain_watch import NodeDump, NodeWatch, first_difference, tapped
 from ws1_harness.compare import bitwise_equal, tolerance_check
 from ws1_harness.errors import HarnessError
@@ -323,17 +323,7 @@ class Chain:
         return out
 
     def thresholds_json(self) -> dict[str, Any]:
-        th = self.thresholds
-        return {
-            "dtype": th.dtype,
-            "max_abs_dlogp": th.max_abs_dlogp,
-            "approx_kl0": th.approx_kl0,
-            "clipfrac0": th.clipfrac0,
-            "clip_low": th.clip_low,
-            "clip_high": th.clip_high,
-            "status": th.status,
-            "calibration": None if th.calibration is None else th.calibration.status,
-        }
+        return thresholds_record(self.thresholds)
 
     def cell(
         self,

@@ -107,3 +107,18 @@ class ChainResult:
     @property
     def verdict(self) -> str:
         return "pass" if self.cells and all(c.status == "green" for c in self.cells) else "fail"
+
+
+def thresholds_record(th: Any) -> dict[str, Any]:
+    """The contract's chain aggregates (`ws1_contract.AggregateThresholds`) in the shape a chain cell records
+    them: written by `ws1 chain`, recomputed by the gate from its own contract, so the two must be one shape."""
+    return {
+        "dtype": th.dtype,
+        "max_abs_dlogp": th.max_abs_dlogp,
+        "approx_kl0": th.approx_kl0,
+        "clipfrac0": th.clipfrac0,
+        "clip_low": th.clip_low,
+        "clip_high": th.clip_high,
+        "status": th.status,
+        "calibration": None if th.calibration is None else th.calibration.status,
+    }

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ws1_harness.chain_record import JUDGMENTS
+from ws1_harness.chain_record import JUDGMENTS, thresholds_record
 from ws1_harness.evidence import chain_label
 from ws1_harness.rejudge import GateReference, GateReferenceError
 
@@ -53,16 +53,7 @@ def contract_thresholds(ref: GateReference, dtype: str) -> dict[str, Any]:
         th = ref.contract.aggregates(dtype)
     except ContractError as exc:
         raise GateReferenceError(str(exc)) from None
-    return {
-        "dtype": th.dtype,
-        "max_abs_dlogp": th.max_abs_dlogp,
-        "approx_kl0": th.approx_kl0,
-        "clipfrac0": th.clipfrac0,
-        "clip_low": th.clip_low,
-        "clip_high": th.clip_high,
-        "status": th.status,
-        "calibration": None if th.calibration is None else th.calibration.status,
-    }
+    return thresholds_record(th)
 
 
 def _within(row: Mapping[str, Any], th: Mapping[str, Any]) -> bool | None:

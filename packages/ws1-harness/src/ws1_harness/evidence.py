@@ -426,6 +426,17 @@ def write_evidence_json(doc: Mapping[str, Any], path: str | Path, *, allow_in_ch
 # ---------------------------------------------------------------------------------------------- writer
 
 
+def _judged_plugins(prov: dict[str, Any], header: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep the plug-in records of the profiles this file judges: a process (a test session, a notebook) may
+    have loaded plug-ins it does not judge here, and their records would only say where the file was written."""
+    profiles = {str(p).split("@", 1)[0] for p in header.get("axes", {}).get("profiles", [])}
+    if profiles:
+        prov["plugins"] = [
+            e for e in prov.get("plugins", []) if str(e.get("profile", "")).split("@", 1)[0] in profiles
+        ]
+    return prov
+
+
 class EvidenceWriter:
     """Writes one run's evidence: each cell is appended and fsync'd as soon as it is known; `finalise()`
     turns the partial file into the complete, validated JSON.
@@ -455,7 +466,7 @@ class EvidenceWriter:
             "schema_version": SCHEMA_VERSION,
             "finalised": False,
             "created_utc": utc_now(),
-            "provenance": collect_provenance(argv).to_json(),
+            "provenance": _judged_plugins(collect_provenance(argv).to_json(), header.to_json()),
             **header.to_json(),
             "cells_digest": None,
             "chain_cells": [],
