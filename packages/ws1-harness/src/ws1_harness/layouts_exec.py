@@ -86,19 +86,27 @@ class LayoutRun:
     modified: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _pad_noise(case_id: str, name: str, layout: str, call: int, shape: tuple[int, ...]) -> Tensor:
-    """Deterministic non-zero filler for pad rows: a row-mixing op must see garbage there, not zeros."""
+def _pad_noise(
+    case_id: str, name: str, layout: str, call: int, shape: tuple[int, ...], device: torch.device
+) -> Tensor:
+    """Deterministic non-zero filler for the pad rows of one call: a row-mixing op must see garbage there.
+
+    Only the pad rows are drawn (`shape[0]` of them), on the unit's device: a correct candidate never reads
+    them, so their values need not match across devices, and drawing a whole [rows, vocabulary] call on the
+    host once set a padded logprob unit's wall time.
+    """
     digest = hashlib.sha256(f"ws1-pad|{case_id}|{name}|{layout}|{call}".encode()).digest()
-    gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
-    noise = torch.randn(shape, generator=gen)
-    return torch.where(noise == 0, torch.ones_like(noise), noise)
+    gen = torch.Generator(device=device).manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+    noise = torch.randn(shape, generator=gen, device=device)
+    return noise.masked_fill_(noise == 0, 1.0)
 
 
 def gather_rows(logical: Tensor, index: Tensor, pad_rows: Tensor | None) -> Tensor:
     """Physical tensor on `logical`'s device: logical rows at `index`, `pad_rows` (or zeros) where index is -1.
 
-    `index` is a host tensor (the layout map is host data); the masks are derived on the host and moved once,
-    so building a call's inputs never waits on the device.
+    `pad_rows` holds one row per pad position, in physical order. `index` is a host tensor (the layout map
+    is host data); the masks are derived on the host and moved once, so building a call's inputs never waits
+    on the device.
     """
     real = index >= 0
     dev = logical.device
@@ -107,7 +115,9 @@ def gather_rows(logical: Tensor, index: Tensor, pad_rows: Tensor | None) -> Tens
     out[real_rows.to(dev)] = logical[index[real_rows].to(dev)]
     if pad_rows is not None and not bool(real.all()):
         pad_idx = torch.nonzero(~real).flatten()
-        out[pad_idx.to(dev)] = pad_rows[pad_idx].to(device=dev, dtype=logical.dtype)
+        if len(pad_rows) != len(pad_idx):
+            raise ValueError(f"gather_rows: {len(pad_rows)} pad rows given for {len(pad_idx)} pad positions")
+        out[pad_idx.to(dev)] = pad_rows.to(device=dev, dtype=logical.dtype)
     return out
 
 
@@ -204,16 +214,20 @@ def run_layout(
             if spec.kind == "float":
                 # filler only where the call has pad rows: a decode step (no pads) at the full vocabulary
                 # once spent most of its time drawing noise for rows that were all real
-                has_pads = bool((index < 0).any())
+                n_pads = int((index < 0).sum())
                 pad = (
-                    _pad_noise(case_id, spec.name, layout.name, call.index, (n, *spec.row_shape))
-                    if has_pads
+                    _pad_noise(
+                        case_id, spec.name, layout.name, call.index, (n_pads, *spec.row_shape), logical.device
+                    )
+                    if n_pads
                     else None
                 )
                 x = gather_rows(logical, index, pad)
                 physical[spec.name] = x.requires_grad_(train and spec.differentiable)
             else:
-                physical[spec.name] = gather_rows(logical, index, _integer_pad(logical, pad_id, n))
+                physical[spec.name] = gather_rows(
+                    logical, index, _integer_pad(logical, pad_id, int((index < 0).sum()))
+                )
         # what the candidate got, kept to check bit for bit that it leaves its inputs as it got them
         given = {name: t.detach().clone() for name, t in physical.items()}
         ctx = LayoutContext(
