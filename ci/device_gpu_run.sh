@@ -41,6 +41,17 @@ for s in "$@"; do
               --seeds "${CALIB_SEEDS:-4}" --out "$ev/calib" ;;
     chain)  step chain "${CHAIN_LIMIT:-300}" bash -c "ws1 chain --profile triton_cuda_bf16 --model qwen3-8b --layers ${CHAIN_LAYERS:-2} --out $ev/chain; echo triton rc=\$?; ws1 chain --profile native_torch --model qwen3-8b --layers ${CHAIN_LAYERS:-2} --tier short --out $ev/chain; echo native rc=\$? - 1 expected: the negative control" ;;
     prof)   step prof "${PROF_LIMIT:-150}" python3 ci/profile_unit.py ${PROF_UNIT:-native_torch attention long} ;;
+    # Nsight Compute's speed-of-light figures for chosen kernels, one bench point each: NCU_CASES holds
+    # op:shape:M:kernel-regex items; the 4th launch of a matching kernel is profiled (after warm-up).
+    ncu)    for c in ${NCU_CASES:-det_gemm:down:4096:ws1_gemm}; do
+              IFS=: read -r op shp m kre <<< "$c"
+              step "ncu-$op-$shp-$m" "${NCU_LIMIT:-90}" ncu --clock-control none --section SpeedOfLight \
+                --section MemoryWorkloadAnalysis -k "regex:$kre" --launch-skip 3 --launch-count 1 \
+                ws1 bench --profile triton_cuda_bf16 --op "$op" --shape "$shp" --m "$m" --warmup-ms 2 --rep-ms 5 \
+                --out "$ev/ncu/$op-$shp-$m" --force
+            done ;;
+    tune)   step tune "${TUNE_LIMIT:-240}" python3 ci/tune_kernels.py --out "$ev/tune.json" ${TUNE_ARGS:-} ;;
+    script) step script "${SCRIPT_LIMIT:-240}" bash -c "${SCRIPT:?set SCRIPT}" ;;
     nox)    step nox "${NOX_LIMIT:-500}" python3 -m nox --no-venv -s gpu_sm90 -- ${NOX_ARGS:-} ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
