@@ -1,35 +1,34 @@
-"""Test support: logical batches, physical layouts (packed, split, padded, permuted, chunked, decode, rows
-alone) and a runner that executes one candidate on a layout and restores outputs and gradients.
+"""Test support for the kernel tests: operator cases, the layouts of a small logical batch, and a runner that
+executes one candidate call by call and restores outputs and gradients to logical order.
 
-The layouts mirror the manifest's layout types but are built here from plain lists so the kernel tests need no
-ws1_workload.  Inputs are a pure function of (seed, name, logical row); pads carry garbage values so a pad that
-leaks into a real row shows up.
+Nothing here is a second table or a second layout map. The op classes come from the manifest's operator table,
+the parameter operators from the registry (itself checked against the manifest), tolerances from the contract;
+layouts are the workload's (`build_layout` over a fixture of the test's lengths, the manifest's layout specs by
+name), physical rows map to logical ones through the workload's `call_rows`, and physical inputs are gathered
+with the harness's `gather_rows`. What stays here is what the kernel tests need and the matrix does not: cases
+at chosen scales, a `chunked_<n>` of any chunk size, and `rows_alone` (every row its own call). Inputs are a pure
+function of (seed, name, logical row); pads carry garbage values so a pad that leaks into a real row shows up.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
-from ws1_kernels import LayoutContext
+from ws1_harness.layouts_exec import PARAM_RULE_MAIN_GRAD, gather_rows
+from ws1_kernels import LayoutContext, registry
+from ws1_workload import Fixture, LayoutSpec, build_layout, call_rows, load_manifest, make_fixture
 
 BF = torch.bfloat16
-OP_CLASS = {
-    "embedding": "elementwise",
-    "rope": "elementwise",
-    "silu": "elementwise",
-    "swiglu": "elementwise",
-    "rms_norm": "reduction",
-    "qk_norm": "reduction",
-    "det_gemm": "gemm",
-    "lm_head": "gemm",
-    "attention": "attention",
-    "logp": "logprob",
-    "linear_logp": "logprob",
+_MANIFEST = load_manifest(None)
+# operator -> op class, from the manifest's one operator table (layout-only operators have no class)
+OP_CLASS: dict[str, str] = {
+    name: spec.op_class for name, spec in _MANIFEST.operators.items() if spec.op_class is not None
 }
-PARAM_OPS = {"embedding", "rms_norm", "qk_norm", "det_gemm", "lm_head", "linear_logp"}
+PARAM_OPS: frozenset[str] = registry.PARAM_OPERATORS
 
 
 def tolerance(judgment: str, op: str):
@@ -65,87 +64,72 @@ def assert_bitwise(name: str, a: torch.Tensor, b: torch.Tensor) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# logical batch and layouts
+# logical batch and layouts (the workload's)
 
 
 @dataclass(frozen=True)
 class Batch:
+    """A logical batch by its sample lengths and prompt lengths; the workload fixture of those lengths."""
+
     lengths: tuple[int, ...]
     prompt_lens: tuple[int, ...]
 
+    @cached_property
+    def fixture(self) -> Fixture:
+        # token ids are never read (cases draw their own); the fixture carries the lengths the layouts need
+        return make_fixture("kernels", self.lengths, self.prompt_lens, pad_id=0, token_id_limit=2)
+
     @property
-    def offsets(self) -> list[int]:
-        out, acc = [], 0
-        for n in self.lengths:
-            out.append(acc)
-            acc += n
-        return out
+    def offsets(self) -> tuple[int, ...]:
+        return self.fixture.offsets
 
     @property
     def total(self) -> int:
-        return sum(self.lengths)
+        return self.fixture.total_tokens
 
 
 @dataclass(frozen=True)
 class Call:
-    keys: tuple[tuple[int, int], ...]  # (sample, position) per row, (-1, -1) for pads
+    """One physical call by its rows' keys: (sample, position) per row, (-1, -1) for pads."""
+
+    keys: tuple[tuple[int, int], ...]
+
+    @property
+    def sample_ids(self) -> torch.Tensor:
+        return torch.tensor([s for s, _ in self.keys], dtype=torch.int64)
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return torch.tensor([p for _, p in self.keys], dtype=torch.int64)
 
 
-def _rows(b: Batch, s: int, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
-    return [(s, p) for p in range(lo, b.lengths[s] if hi is None else min(hi, b.lengths[s]))]
+def layout_spec(name: str) -> LayoutSpec:
+    """The manifest's layout of that name; ``chunked_<n>`` is its chunked layout with chunk size n."""
+    if name.startswith("chunked_"):
+        base = _MANIFEST.layout("chunked")
+        return LayoutSpec(name, base.kind, base.type, {**base.params, "chunk_size": int(name.split("_")[1])})
+    return _MANIFEST.layout(name)
 
 
 def layout(b: Batch, name: str) -> list[Call]:
-    n = len(b.lengths)
-    ids = list(range(n))
-    if name == "packed":
-        return [Call(tuple(k for s in ids for k in _rows(b, s)))]
-    if name == "split_1":
-        return [Call(tuple(_rows(b, s))) for s in ids]
-    if name == "split_half":
-        h = n // 2
-        return [Call(tuple(k for s in part for k in _rows(b, s))) for part in (ids[:h], ids[h:])]
-    if name == "permuted":
-        perm = ids[1::2] + ids[0::2]
-        return [Call(tuple(k for s in perm for k in _rows(b, s)))]
-    if name in ("padded_right", "padded_left"):
-        width = -(-max(b.lengths) // 8) * 8
-        keys = []
-        for s in ids:
-            pads = [(-1, -1)] * (width - b.lengths[s])
-            keys += _rows(b, s) + pads if name == "padded_right" else pads + _rows(b, s)
-        return [Call(tuple(keys))]
-    if name.startswith("chunked"):
-        cs = int(name.split("_")[1]) if "_" in name else 5
-        return [
-            Call(tuple(k for s in ids for k in _rows(b, s, c * cs, (c + 1) * cs)))
-            for c in range(-(-max(b.lengths) // cs))
-        ]
-    if name == "decode":
-        calls = [Call(tuple(k for s in ids for k in _rows(b, s, 0, b.prompt_lens[s])))]
-        for p in range(min(b.prompt_lens), max(b.lengths)):
-            keys = tuple((s, p) for s in ids if b.prompt_lens[s] <= p < b.lengths[s])
-            if keys:
-                calls.append(Call(keys))
-        return calls
+    """The calls of layout ``name`` over ``b``, built by the workload; ``rows_alone``: every row its own call."""
     if name == "rows_alone":
-        return [Call(((s, p),)) for s in ids for p in range(b.lengths[s])]
-    raise ValueError(name)
+        return [Call(((s, p),)) for s in range(len(b.lengths)) for p in range(b.lengths[s])]
+    calls = build_layout(b.fixture, layout_spec(name)).calls
+    return [Call(tuple(zip(c.sample_ids.tolist(), c.positions.tolist(), strict=True))) for c in calls]
 
 
-TRAINING = ("packed", "split_1", "split_half", "permuted", "padded_right", "padded_left")
-INFERENCE = ("chunked_5", "decode")
+TRAINING = tuple(spec.name for spec in _MANIFEST.layouts if spec.kind == "training")
+INFERENCE = tuple(spec.name for spec in _MANIFEST.layouts if spec.kind == "inference")
 
 
 def logical_index(b: Batch, call: Call) -> torch.Tensor:
-    off = b.offsets
-    return torch.tensor([off[s] + p if s >= 0 else -1 for s, p in call.keys], dtype=torch.int64)
+    """The logical row of every physical row of ``call`` (-1 on pads): the workload's map."""
+    return call_rows(call, b.offsets)  # type: ignore[arg-type]  # reads sample_ids and positions only
 
 
 def context(call: Call, prefix: dict | None = None) -> LayoutContext:
-    sid = torch.tensor([s for s, _ in call.keys], dtype=torch.int64)
-    pos = torch.tensor([p for _, p in call.keys], dtype=torch.int64)
-    return LayoutContext(sid, pos, prefix or {})
+    return LayoutContext(call.sample_ids, call.positions, prefix or {})
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -244,15 +228,11 @@ class Result:
 
 
 def _physical(t: torch.Tensor, idx: torch.Tensor, pad_seed: int) -> torch.Tensor:
-    """Rows of logical ``t`` in physical order; pads get garbage (a function of the pad slot)."""
-    out = t[idx.clamp(min=0)].clone()
-    pads = idx < 0
-    if pads.any():
-        if t.dtype == torch.int64:
-            out[pads] = 0
-        else:
-            out[pads] = rand(pad_seed, (int(pads.sum()), *t.shape[1:]), 1.0, t.dtype)
-    return out
+    """Rows of logical ``t`` in physical order (the harness's gather); float pads get garbage (a function of the
+    pad slot), integer pads id 0."""
+    n_pads = int((idx < 0).sum())
+    pads = rand(pad_seed, (n_pads, *t.shape[1:]), 1.0, t.dtype) if n_pads and t.is_floating_point() else None
+    return gather_rows(t, idx, pads)
 
 
 def upstream(case: Case, b: Batch, out_shape, dtype, seed: int = 99) -> torch.Tensor:
@@ -270,7 +250,7 @@ def run(
     """
     around = around or contextlib.nullcontext
     params = {k: p.detach().clone().requires_grad_(backward) for k, p in case.params.items()}
-    if backward and rule == "sample_blocks_main_grad":
+    if backward and rule == PARAM_RULE_MAIN_GRAD:
         for p in params.values():
             p.main_grad = torch.zeros(p.shape, dtype=torch.float32)
     out_l: torch.Tensor | None = None
@@ -313,7 +293,7 @@ def run(
     pgrads = {}
     for k, p in params.items():
         if backward:
-            pgrads[k] = p.main_grad if rule == "sample_blocks_main_grad" else p.grad
+            pgrads[k] = p.main_grad if rule == PARAM_RULE_MAIN_GRAD else p.grad
     return Result(out_l, grads if backward else {}, pgrads)
 
 

@@ -5,16 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 from kernels_support import OP_CLASS, Batch, context, layout, make_case
+from profiles_support import CANDIDATE_PROFILES, MAIN_GRAD_PROFILES, resolve_or_skip
 
-from ws1_kernels import KernelInputError, LayoutContext, reference, registry
+from ws1_kernels import KernelInputError, LayoutContext, reference
 
 DIMS = dict(hidden=64, vocab=200, inter=48, heads=4, kv_heads=2, head_dim=16)
 BATCH = Batch((3, 4), (1, 2))
-PROFILES = ["portable_cpu", "native_torch", "reference"]
+# every profile the registry knows with candidates (one refused here for hardware alone is skipped), and the fp32
+# references, which check their inputs the same way
+PROFILES = (*CANDIDATE_PROFILES, "reference")
 
 
 def _fn(profile: str, op: str):
-    return getattr(reference, op) if profile == "reference" else registry.resolve(profile, op).fn
+    return getattr(reference, op) if profile == "reference" else resolve_or_skip(profile, op).fn
 
 
 def _args(case, rows=None, ints=None, params=None):
@@ -74,9 +77,10 @@ def test_out_of_range_ids(profile: str, op: str, bad_id) -> None:
     _raises(fn, *_args(case, ints={name: case.ints[name].int()}), ctx)  # int32 ids
 
 
-def test_context_errors() -> None:
+@pytest.mark.parametrize("profile", PROFILES)
+def test_context_errors(profile: str) -> None:
     case = make_case("silu", BATCH, DIMS)
-    fn = registry.resolve("portable_cpu", "silu").fn
+    fn = _fn(profile, "silu")
     x = case.rows["x"]
     n = x.shape[0]
     gap = LayoutContext(torch.zeros(n, dtype=torch.int64), torch.tensor([0, 1, 3, 4, 5, 6, 7]))
@@ -102,18 +106,20 @@ def test_attention_prefix_must_match_positions(profile: str) -> None:
     _raises(fn, q, gqa, gqa, 0.25, context(layout(Batch((2,), (1,)), "packed")[0]))
 
 
-def test_main_grad_of_wrong_dtype_is_refused() -> None:
+@pytest.mark.parametrize("profile", MAIN_GRAD_PROFILES)
+def test_main_grad_of_wrong_dtype_is_refused(profile: str) -> None:
     case = make_case("det_gemm", BATCH, DIMS)
     w = case.params["weight"].clone().requires_grad_(True)
     w.main_grad = torch.zeros(w.shape, dtype=torch.bfloat16)
-    fn = registry.resolve("portable_cpu", "det_gemm").fn
+    fn = _fn(profile, "det_gemm")
     assert "main_grad" in _raises(fn, case.rows["x"], w, context(layout(BATCH, "packed")[0]))
 
 
-def test_main_grad_not_contiguous_is_refused() -> None:
+@pytest.mark.parametrize("profile", MAIN_GRAD_PROFILES)
+def test_main_grad_not_contiguous_is_refused(profile: str) -> None:
     """The shared check of every sample_blocks_main_grad backend: a strided buffer would be written wrongly."""
     case = make_case("det_gemm", BATCH, DIMS)
     w = case.params["weight"].clone().requires_grad_(True)
     w.main_grad = torch.zeros((w.shape[1], w.shape[0]), dtype=torch.float32).t()
-    fn = registry.resolve("portable_cpu", "det_gemm").fn
+    fn = _fn(profile, "det_gemm")
     assert "contiguous" in _raises(fn, case.rows["x"], w, context(layout(BATCH, "packed")[0]))
