@@ -2,7 +2,8 @@
 
 What only a GPU can show: the compiled reduction trees keep a row's bits whatever T and the layout, the
 libdevice-free IEEE sqrt/div path is accurate at the contract's bf16 tolerance, and main_grad (fp32 block
-sums added in block order) is identical bit for bit over micro-batch splits, permutation and padding.
+sums added in block order) is identical bit for bit over micro-batch splits, permutation and padding, and the
+pipelined backward gives the compiled bits (the real reduction trees) of the branching backward it replaced.
 """
 
 from __future__ import annotations
@@ -111,6 +112,28 @@ def test_gradients_do_not_depend_on_the_layout(kind: str) -> None:
         )  # fmt: skip
         mg = r.params["w"].main_grad
     assert not same_bits(mg, one.params["w"].main_grad), "negative control: block order left no trace"
+
+
+@pytest.mark.parametrize("kind", sorted(SHAPES))
+def test_backward_gives_the_previous_kernels_bits(kind: str) -> None:
+    """Pads, partial blocks and odd row counts at Qwen3 widths: dx and main_grad equal the previous kernel's;
+    negative control: that kernel walking each block's slots backwards gives another main_grad."""
+    from triton_memops_previous import prev_norm_backward
+
+    for name in ("packed", "padded_right"):
+        for i, call in enumerate(layout(BIG, name)):
+            ctx = context(call)
+            x, w = _inputs(kind, len(call.keys), seed=7 * i)
+            g = gen(60 + i, x.shape, 1.0, BF, DEV)
+            xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
+            getattr(norm, _op(kind))(xl, wl, EPS, ctx).backward(g)
+            dx, mg = prev_norm_backward(x, w, g, EPS, ctx)
+            assert_bitwise(f"{kind} dx {name}", xl.grad, dx)
+            assert same_bits(wl.main_grad, mg), f"{kind} main_grad {name}"
+            _, mg_rev = prev_norm_backward(x, w, g, EPS, ctx, reversed_slots=True)
+            assert not same_bits(mg_rev, mg), (
+                f"{kind} {name}: the reversed slot order should change main_grad"
+            )
 
 
 @pytest.mark.parametrize("kind", sorted(SHAPES))

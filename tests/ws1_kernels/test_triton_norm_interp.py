@@ -2,7 +2,8 @@
 
 One property per test: accuracy against the fp32 reference (forward, dx, dW), a row alone equals the row in a
 batch bit for bit, main_grad over micro-batches equals one call bit for bit (with a negative control that a
-different block order changes the bits), eps-scale rows, signed zeros, bad input, declared ops and kernels.
+different block order changes the bits), eps-scale rows, signed zeros, bad input, declared ops and kernels, and
+the pipelined backward gives the bits of the branching backward it replaced.
 """
 
 from __future__ import annotations
@@ -123,6 +124,29 @@ def test_main_grad_over_micro_batches_equals_one_call(op: str) -> None:
         )
         desc = r.params["w"].main_grad
     assert not same_bits(desc, one.params["w"].main_grad), "negative control: block order left no trace"
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "qk_norm"])
+@pytest.mark.parametrize("name", ["packed", "padded_right", "chunked_5"])
+def test_backward_gives_the_previous_kernels_bits(op: str, name: str) -> None:
+    """Odd row counts, empty slots, pad rows and partial blocks: dx and main_grad equal the previous kernel's;
+    negative control: that kernel walking each block's slots backwards gives another main_grad (in some call:
+    two slots add the same either way)."""
+    from triton_memops_previous import prev_norm_backward
+
+    reversed_differs = []
+    for i, call in enumerate(layout(LONG, name)):
+        ctx = context(call)
+        x, w = _inputs(op, len(call.keys), seed=3 * i)
+        g = gen(50 + i, x.shape)
+        xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
+        getattr(_ops(), op)(xl, wl, EPS, ctx).backward(g)
+        dx, mg = prev_norm_backward(x, w, g, EPS, ctx)
+        assert_bitwise(f"{op} dx {name}", xl.grad, dx)
+        assert same_bits(wl.main_grad, mg), f"{op} main_grad {name}"
+        _, mg_rev = prev_norm_backward(x, w, g, EPS, ctx, reversed_slots=True)
+        reversed_differs.append(not same_bits(mg_rev, mg))
+    assert any(reversed_differs), f"{op} {name}: the reversed slot order should change main_grad"
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "qk_norm"])

@@ -2,7 +2,8 @@
 
 What only a GPU can show: libdevice exp/cos/sin and the RTNE bf16 rounding are accurate at the contract's
 tolerance, every element's bits are independent of T and of the layout (positions from the context), and
-signed zeros come out as the reference's.
+signed zeros come out as the reference's, and the two-kernel rope (cos/sin table, then rotation) gives the
+compiled bits of the one-kernel rope it replaced (libdevice cos/sin at real positions).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from triton_memops_support import (  # noqa: E402
     same_bits,
 )
 
-from ws1_kernels import KernelInputError, reference  # noqa: E402
+from ws1_kernels import KernelInputError, LayoutContext, reference  # noqa: E402
 from ws1_kernels.triton_ops import _launch, pointwise  # noqa: E402
 
 pytestmark = [
@@ -97,6 +98,26 @@ def test_bits_do_not_depend_on_the_layout(kind: str) -> None:
             assert_bitwise(f"{kind} d{k} {name}", other.grads[k], packed.grads[k])
     for name in ("chunked_5", "decode"):  # inference layouts: first positions > 0 for rope
         assert_bitwise(f"{kind} {name}", run_layout(_call(kind), SMALL, name, rows).out, packed.out)
+
+
+@pytest.mark.parametrize("kind", ["rope_q", "rope_k"])
+def test_rope_table_gives_the_previous_kernels_bits(kind: str) -> None:
+    """Pads, odd row counts and positions up to 32k: forward and backward equal the one-kernel rope bit for
+    bit; negative control: that kernel with its angle's operands rounded to fp32 gives other bits."""
+    from triton_memops_previous import prev_rope
+
+    long_ctx = LayoutContext(torch.zeros(1001, dtype=torch.int64), torch.arange(31000, 32001))
+    ctxs = [context(c) for c in layout(BIG, "padded_right")] + [long_ctx]
+    for i, ctx in enumerate(ctxs):
+        positions = ctx.on(DEV)[1]
+        x = _rows(kind, positions.shape[0], seed=10 + i)["x"]
+        g = gen(30 + i, x.shape, 1.0, BF, DEV)
+        leaf = x.clone().requires_grad_()
+        y = pointwise.rope(leaf, THETA, ctx)
+        y.backward(g)
+        assert_bitwise(f"{kind} y", y.detach(), prev_rope(x, positions, THETA, 1.0))
+        assert_bitwise(f"{kind} dx", leaf.grad, prev_rope(g, positions, THETA, -1.0))
+        assert not same_bits(y.detach(), prev_rope(x, positions, THETA, 1.0, angle_fp32=True))
 
 
 @pytest.mark.parametrize("kind", ["silu", "swiglu"])

@@ -2,7 +2,8 @@
 
 One property per test: accuracy against the fp32 reference (forward and backward), a row alone equals the row
 in a batch bit for bit, rope takes its positions from the context (chunked and padded calls give the packed
-bits), signed zeros follow the reference, needs_input_grad, bad input, declared ops and kernels.
+bits), signed zeros follow the reference, needs_input_grad, bad input, declared ops and kernels, and the
+two-kernel rope (cos/sin table, then rotation) gives the bits of the one-kernel rope it replaced.
 """
 
 from __future__ import annotations
@@ -108,6 +109,41 @@ def test_rope_positions_come_from_the_context() -> None:
     ctx = context(layout(b, "packed")[0])
     shifted = type(ctx)(ctx.sample_ids, ctx.positions + 1)
     assert not same_bits(_pw().rope(x, THETA, shifted), packed.out)
+
+
+@pytest.mark.parametrize("name", ["packed", "padded_right", "chunked_5"])
+def test_rope_table_gives_the_previous_kernels_bits(name: str) -> None:
+    """Odd row counts, pad rows and chunk offsets: forward and backward equal the one-kernel rope bit for bit;
+    negative control: that kernel with its angle's operands rounded to fp32 gives other bits."""
+    from triton_memops_previous import prev_rope
+
+    for i, call in enumerate(layout(BATCHES[17], name)):
+        ctx = context(call)
+        x = gen(20 + i, (len(call.keys), NH, D))
+        g = gen(40 + i, x.shape)
+        leaf = x.clone().requires_grad_()
+        y = _pw().rope(leaf, THETA, ctx)
+        y.backward(g)
+        assert_bitwise(f"rope y {name}", y.detach(), prev_rope(x, ctx.positions, THETA, 1.0))
+        assert_bitwise(f"rope dx {name}", leaf.grad, prev_rope(g, ctx.positions, THETA, -1.0))
+        assert not same_bits(y.detach(), prev_rope(x, ctx.positions, THETA, 1.0, angle_fp32=True))
+
+
+def test_rope_table_is_built_once_per_context() -> None:
+    """q and k of every layer share one cos/sin table per call: the second call launches the rotation only."""
+    from ws1_kernels import launches
+
+    ctx = context(layout(BATCHES[3], "packed")[0])
+    x = _rows("rope", 3)["x"]
+    with launches.observe() as first:
+        _pw().rope(x, THETA, ctx)
+    with launches.observe() as second:
+        _pw().rope(x, THETA, ctx)
+    assert first.kernels == ["triton:ws1_rope_angles", "triton:ws1_rope_rotate"]
+    assert second.kernels == ["triton:ws1_rope_rotate"]
+    with launches.observe() as other_theta:  # negative control: another theta is another table
+        _pw().rope(x, THETA / 2, ctx)
+    assert other_theta.kernels == first.kernels
 
 
 def test_rope_pads_use_position_zero() -> None:

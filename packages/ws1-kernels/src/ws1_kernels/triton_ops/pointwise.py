@@ -12,11 +12,25 @@ reference calls ``F.silu``) write them:
     ``(theta, D)`` on the host), ``angle = pos * inv`` in fp64 (pads use position 0), ``cos``/``sin`` in fp64
     rounded to fp32, then ``y1 = x1*c - x2*s``, ``y2 = x2*c + x1*s`` (HF rotate_half); the backward is the
     same kernel with ``s`` negated (the transpose of the rotation), bit for bit the portable formula.
+
+rope runs in two kernels.  ``ws1_rope_angles`` computes the cos/sin table ``[T, 2, D/2]`` fp32, one angle per
+lane; ``ws1_rope_rotate`` (one token per program, all its heads) loads its token's row of the table and
+rotates.  The table is built once per ``(context, theta, D, device)`` and shared by q and k of every layer and
+by the backward.  Why: when the rotation kernel computed the angles itself, Triton's ``[heads, D/2]`` tile
+layout (8 columns x 1 row per thread) made every thread compute the fp64 cos/sin of its 8 columns, 32 copies
+per token (178 registers, one 8-warp program per SM: about 660 GB/s on the H200); the rotation alone is
+40 registers, six programs per SM (ptxas for sm_90a, offline).  The bits are the same: each angle is the same single fp64 product
+``pos * inv``, the same libdevice ``cos``/``sin`` (an elementwise function of its input only, compiled with
+the same options), rounded once to fp32 and stored exactly; the rotation reads those fp32 values and does the
+same fp32 operations in the same order as before, only where the values come from changed.
+
 Signed zeros follow the formulas: silu(-0) = -0 / 2 = -0, as in ``torch.nn.functional.silu``.  (The portable
 candidate writes ``x * s`` and ``dy * (s * ...)``: other rounding points, same math within an ulp or two.)
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 import triton
@@ -113,23 +127,14 @@ def ws1_swiglu_bwd(
 
 
 @triton.jit
-def ws1_rope_rotate(
-    X,
-    Y,
-    POS,
-    INV,
-    sign,
-    NH,
-    HALF,
-    PRECISE: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    BLOCK_HALF: tl.constexpr,
-):  # pragma: no cover (Triton)
-    """One token per program: its fp64 angles once, then every head (``sign`` = -1: the backward)."""
-    t = tl.program_id(0).to(tl.int64)
-    pos = tl.maximum(tl.load(POS + t), 0).to(tl.float64)  # pads (position -1) use position 0
-    j = tl.arange(0, BLOCK_HALF)
-    inv = tl.load(INV + j, mask=j < HALF, other=0.0)
+def ws1_rope_angles(POS, INV, CS, n, HALF, PRECISE: tl.constexpr, BLOCK: tl.constexpr):  # pragma: no cover
+    """The cos/sin table ``CS[t] = (cos[HALF], sin[HALF])`` fp32 of every token: one angle per lane."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    t = i // HALF
+    j = i - t * HALF
+    pos = tl.maximum(tl.load(POS + t, mask=m, other=0), 0).to(tl.float64)  # pads (position -1): position 0
+    inv = tl.load(INV + j, mask=m, other=0.0)
     ang = pos * inv
     if PRECISE:
         c = libdevice.cos(ang).to(tl.float32)
@@ -137,6 +142,26 @@ def ws1_rope_rotate(
     else:
         c = tl.cos(ang).to(tl.float32)
         s = tl.sin(ang).to(tl.float32)
+    tl.store(CS + t * 2 * HALF + j, c, mask=m)
+    tl.store(CS + t * 2 * HALF + HALF + j, s, mask=m)
+
+
+@triton.jit
+def ws1_rope_rotate(
+    X,
+    Y,
+    CS,
+    sign,
+    NH,
+    HALF,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):  # pragma: no cover (Triton)
+    """One token per program: its cos/sin row of the table, then every head (``sign`` = -1: the backward)."""
+    t = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, BLOCK_HALF)
+    c = tl.load(CS + t * 2 * HALF + j, mask=j < HALF, other=0.0)
+    s = tl.load(CS + t * 2 * HALF + HALF + j, mask=j < HALF, other=0.0)
     s = s * sign
     h = tl.arange(0, BLOCK_H)[:, None]
     jj = j[None, :]
@@ -230,9 +255,49 @@ def inv_freq(theta: float, dim: int, device: torch.device) -> torch.Tensor:
     return hit
 
 
-def _rope_launch(
-    phase: str, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor, theta: float, sign: float
-) -> None:
+# angles per program of ws1_rope_angles: 4 warps x 32 threads x 8, every lane its own angles (no copies)
+ANGLE_BLOCK = 1024
+ANGLE_WARPS = 4
+# context -> {(theta, head_dim, device): cos/sin table}: q and k of every layer, forward and backward, share the
+# positions of one physical call, so its table is built once per call (weak keys: it goes with the context)
+_TABLES: weakref.WeakKeyDictionary[LayoutContext, dict[tuple[float, int, torch.device], torch.Tensor]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def rope_table(positions: torch.Tensor, theta: float, dim: int) -> torch.Tensor:
+    """``[T, 2, dim / 2]`` fp32: ``cos`` then ``sin`` of every token's angles, on ``positions``' device."""
+    half = dim // 2
+    t = positions.shape[0]
+    cs = torch.empty((t, 2, half), dtype=torch.float32, device=positions.device)
+    n = t * half
+    launch(
+        ws1_rope_angles,
+        (triton.cdiv(n, ANGLE_BLOCK),),
+        "fwd",
+        positions,
+        inv_freq(theta, dim, positions.device),
+        cs,
+        n,
+        half,
+        PRECISE=precise(),
+        BLOCK=ANGLE_BLOCK,
+        num_warps=ANGLE_WARPS,
+        **COMPILE,
+    )
+    return cs
+
+
+def _ctx_table(ctx: LayoutContext, positions: torch.Tensor, theta: float, dim: int) -> torch.Tensor:
+    key = (theta, dim, positions.device)
+    tables = _TABLES.setdefault(ctx, {})
+    hit = tables.get(key)
+    if hit is None:
+        hit = tables[key] = rope_table(positions, theta, dim)
+    return hit
+
+
+def _rope_launch(phase: str, x: torch.Tensor, y: torch.Tensor, cs: torch.Tensor, sign: float) -> None:
     nh, dim = x.shape[1], x.shape[2]
     half = dim // 2
     bh, bhalf = triton.next_power_of_2(nh), triton.next_power_of_2(half)
@@ -242,12 +307,10 @@ def _rope_launch(
         phase,
         x,
         y,
-        positions,
-        inv_freq(theta, dim, x.device),
+        cs,
         sign,
         nh,
         half,
-        PRECISE=precise(),
         BLOCK_H=bh,
         BLOCK_HALF=bhalf,
         num_warps=row_warps(2 * bh * bhalf),
@@ -257,22 +320,21 @@ def _rope_launch(
 
 class _Rope(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, theta, positions):  # type: ignore[override]
+    def forward(ctx, x, cs):  # type: ignore[override]
         y = torch.empty_like(x)
-        _rope_launch("fwd", x, y, positions, theta, 1.0)
-        ctx.save_for_backward(positions)
-        ctx.theta = theta
+        _rope_launch("fwd", x, y, cs, 1.0)
+        ctx.save_for_backward(cs)
         return y
 
     @staticmethod
     def backward(ctx, dy):  # type: ignore[override]
         if not ctx.needs_input_grad[0]:
-            return None, None, None
-        (positions,) = ctx.saved_tensors
+            return None, None
+        (cs,) = ctx.saved_tensors
         dy = dy.contiguous()
         dx = torch.empty_like(dy)
-        _rope_launch("bwd", dy, dx, positions, ctx.theta, -1.0)
-        return dx, None, None
+        _rope_launch("bwd", dy, dx, cs, -1.0)
+        return dx, None
 
 
 def _check_rows(where: str, ctx: LayoutContext, rows: int, **tensors: torch.Tensor) -> None:
@@ -316,7 +378,7 @@ def rope(x: torch.Tensor, theta: float, ctx: LayoutContext) -> torch.Tensor:
     where = "triton_cuda_bf16.rope"
     theta = _check_rope_x(where, x, theta, ctx)
     _, positions = ctx.on(x.device)
-    return _Rope.apply(x, theta, positions)
+    return _Rope.apply(x, _ctx_table(ctx, positions, theta, x.shape[2]))
 
 
 # ---- plain forward entry points (benchmarks: no context, no autograd) ----------------------------------
@@ -349,7 +411,7 @@ def rope_forward(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torc
     check_contiguous(where, x=x, positions=positions)
     theta = v.positive(where, "theta", theta)
     y = torch.empty_like(x)
-    _rope_launch("fwd", x, y, positions, theta, 1.0)
+    _rope_launch("fwd", x, y, rope_table(positions, theta, x.shape[2]), 1.0)
     return y
 
 
@@ -357,12 +419,13 @@ def rope_forward(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torc
 # detach: autograd's bookkeeping on CUDA (seen on the H200, not on the CPU interpreter)
 _EW_OPS = frozenset({"aten.empty", "aten.empty_like", "aten.clone", "aten.detach"})
 # rope adds the one-time fp64 inverse-frequency table (arange, mul, div, pow, reciprocal on the host CPU,
-# then _to_copy to the device) and the per-call positions copy of ctx.on (_to_copy)
+# then _to_copy to the device) and the per-call positions copy of ctx.on (_to_copy); its cos/sin table is an
+# empty filled by ws1_rope_angles
 _ROPE_OPS = _EW_OPS | frozenset(
     {"aten.arange", "aten.mul", "aten.div", "aten.pow", "aten.reciprocal", "aten._to_copy"}
 )
 OPS: dict[str, OpSpec] = {
     "silu": OpSpec(silu, frozenset({"ws1_silu_fwd", "ws1_silu_bwd"}), _EW_OPS, "ws1_silu_fwd"),
     "swiglu": OpSpec(swiglu, frozenset({"ws1_swiglu_fwd", "ws1_swiglu_bwd"}), _EW_OPS, "ws1_swiglu_fwd"),
-    "rope": OpSpec(rope, frozenset({"ws1_rope_rotate"}), _ROPE_OPS, "ws1_rope_rotate"),
+    "rope": OpSpec(rope, frozenset({"ws1_rope_angles", "ws1_rope_rotate"}), _ROPE_OPS, "ws1_rope_rotate"),
 }
