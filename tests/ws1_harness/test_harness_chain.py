@@ -86,7 +86,29 @@ def test_a_wrong_but_invariant_candidate_fails_logprob_accuracy(chain):
     assert "logprob_accuracy" in cell.failed and "parity" not in cell.failed
     assert cell.first_divergence["judgment"] == "logprob_accuracy"
     assert cell.first_divergence["node"] is None  # the matrix judges each operator's own accuracy
-    assert not _judgment(cell, "gradient_accuracy").passed  # recorded (not gated) and it sees the damage
+    assert "gradient_accuracy" in cell.failed  # the wrong forward carries into every gradient too
+
+
+def scaled_backward_norm(x, weight, eps, ctx):
+    """Forward exact and batch-invariant, backward 10 % too large: only the gradients are wrong."""
+    return tp.ScaleGrad.apply(portable.rms_norm(x, weight, eps, ctx), 1.1)
+
+
+def test_a_wrong_but_invariant_backward_fails_gradient_accuracy(chain):
+    cell = _planted(chain, "rms_norm", scaled_backward_norm, "rms_norm backward x1.1")
+    assert cell.failed == ("gradient_accuracy", "op_watch")  # the wrapper is also an undeclared op
+    grad = _judgment(cell, "gradient_accuracy")
+    worst = max(p["rel_l2"] for p in grad.detail["parameters"].values())
+    assert worst > grad.detail["thresholds"]["grad_rel_l2"]
+    assert cell.first_divergence["judgment"] == "gradient_accuracy"
+
+
+def test_a_correct_chain_is_within_the_chain_gradient_thresholds(chain):
+    grad = _judgment(chain.cell("short"), "gradient_accuracy")
+    th = grad.detail["thresholds"]
+    assert grad.judged and grad.passed
+    for row in grad.detail["parameters"].values():
+        assert 0 < row["rel_l2"] <= th["grad_rel_l2"] and row["rel_max_abs"] <= th["grad_rel_max_abs"]
 
 
 def test_native_torch_fails_with_its_first_diverging_node():

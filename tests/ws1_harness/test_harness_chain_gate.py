@@ -117,6 +117,45 @@ def test_a_gradient_flag_set_false_turns_the_cell_red(green_file):
     assert result.exit_code == EXIT_RED and "verdict_mismatch" in _codes(result), result.lines
 
 
+def _over_gradient_threshold(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Raise one parameter's rel_l2 to twice the contract's chain gradient threshold; (cell, judgment)."""
+    cell = doc["chain_cells"][0]
+    grad = _judgment(cell, "gradient_accuracy")
+    row = next(iter(grad["detail"]["parameters"].values()))
+    row["rel_l2"] = 2 * grad["detail"]["thresholds"]["grad_rel_l2"]
+    return cell, grad
+
+
+def test_a_gradient_figure_over_the_threshold_with_passed_kept_is_refused(green_file):
+    doc = _doc(green_file)
+    _over_gradient_threshold(doc)
+    result = gate(_redigest(doc))
+    assert result.exit_code == EXIT_RED and "verdict_mismatch" in _codes(result), result.lines
+
+
+def test_a_cell_over_the_chain_gradient_thresholds_is_red(green_file):
+    doc = _doc(green_file)
+    assert gate(copy.deepcopy(doc)).exit_code == EXIT_PASS  # within the thresholds: green
+    cell, grad = _over_gradient_threshold(doc)
+    next(iter(grad["detail"]["parameters"].values()))["passed"] = False
+    grad["passed"] = False
+    cell.update(
+        status="red",
+        failed=["gradient_accuracy"],
+        first_divergence={"judgment": "gradient_accuracy", "node": None, "note": "whole chain"},
+    )
+    result = gate(_redigest(doc))
+    assert result.exit_code == EXIT_RED and "chain_red" in _codes(result), result.lines
+    assert "verdict_mismatch" not in _codes(result)  # consistent records: red on the figures themselves
+
+
+def test_a_gradient_thresholds_edit_is_refused(green_file):
+    doc = _doc(green_file)
+    _judgment(doc["chain_cells"][0], "gradient_accuracy")["detail"]["thresholds"]["grad_rel_l2"] = 1.0
+    result = gate(_redigest(doc))
+    assert result.exit_code == EXIT_RED and "verdict_mismatch" in _codes(result), result.lines
+
+
 def test_a_thresholds_edit_is_refused(green_file):
     doc = _doc(green_file)
     _judgment(doc["chain_cells"][0], "logprob_accuracy")["detail"]["thresholds"]["max_abs_dlogp"] = 10.0

@@ -114,3 +114,28 @@ def test_corrupted_or_wrong_checkpoints_are_rejected(manifest, tiny_weights, tmp
 
     with pytest.raises(WorkloadError, match="no such checkpoint"):
         verify_checkpoint(tmp_path / "absent.safetensors", manifest, "tiny")
+
+
+def test_a_blocked_draw_has_the_bits_of_one_draw(manifest):
+    """Blocks of whole rows (a multiple of 16 elements each) consume the generator as one draw does; the odd
+    last block included. Negative control: a block that is not a multiple of 16 elements does change bits."""
+    pin = manifest.weights("tiny")
+    name, shape = "lm_head.weight", (5000, 256)
+    whole = generate_tensor(pin, name, shape, block_elements=1 << 40)
+    blocked = generate_tensor(pin, name, shape, block_elements=256 * 7)  # 715 blocks of 7 rows, the last of 2
+    assert torch.equal(whole.view(torch.int16), blocked.view(torch.int16))
+    gen = torch.Generator().manual_seed(1)
+    one = torch.empty(4, 130).normal_(generator=gen)
+    gen = torch.Generator().manual_seed(1)
+    parts = torch.cat(
+        [torch.empty(1, 130).normal_(generator=gen), torch.empty(3, 130).normal_(generator=gen)]
+    )
+    assert not torch.equal(one, parts)  # why generate_tensor only blocks rows of a multiple of 16 elements
+
+
+def test_threaded_generation_gives_the_serial_tensors(manifest):
+    serial = synthetic_weights(manifest, "tiny", threads=1)
+    threaded = synthetic_weights(manifest, "tiny", threads=4)
+    assert list(threaded) == list(serial) == sorted(serial)
+    assert all(torch.equal(serial[k].view(torch.int16), threaded[k].view(torch.int16)) for k in serial)
+    assert content_sha256(threaded.items()) == manifest.weights("tiny").content_sha256

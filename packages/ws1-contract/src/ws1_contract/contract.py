@@ -176,6 +176,8 @@ class Contract:
             max_abs_dlogp=float(entry["max_abs_dlogp"]),
             approx_kl0=float(entry["approx_kl0"]),
             clipfrac0=float(entry["clipfrac0"]),
+            grad_rel_l2=float(entry["grad_rel_l2"]),
+            grad_rel_max_abs=float(entry["grad_rel_max_abs"]),
             clip_low=float(chain["clip_interval"]["low"]),
             clip_high=float(chain["clip_interval"]["high"]),
             dtype=dtype,

@@ -80,11 +80,17 @@ class AggregateThresholds:
 
     Pass iff max(abs(d)) <= max_abs_dlogp, mean(exp(d)-1-d) <= approx_kl0 and the fraction of exp(d) outside
     [clip_low, clip_high] <= clipfrac0. A non-finite d or an empty active set is a failure, never a pass.
+
+    The gradient thresholds bound every parameter gradient g of the whole model against the fp32 reference's
+    g_ref: norm2(g - g_ref) / norm2(g_ref) <= grad_rel_l2 and max|g - g_ref| / max|g_ref| <= grad_rel_max_abs
+    (None only in a record built by hand: the contract requires both in scope).
     """
 
     max_abs_dlogp: float
     approx_kl0: float
     clipfrac0: float
+    grad_rel_l2: float | None = None
+    grad_rel_max_abs: float | None = None
     clip_low: float = 0.8
     clip_high: float = 1.2
     dtype: str = ""
@@ -100,6 +106,8 @@ class AggregateThresholds:
             "max_abs_dlogp": self.max_abs_dlogp,
             "approx_kl0": self.approx_kl0,
             "clipfrac0": self.clipfrac0,
+            "grad_rel_l2": self.grad_rel_l2,
+            "grad_rel_max_abs": self.grad_rel_max_abs,
             "clip_low": self.clip_low,
             "clip_high": self.clip_high,
             "calibration": None if self.calibration is None else self.calibration.to_json(),

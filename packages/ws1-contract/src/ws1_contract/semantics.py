@@ -225,7 +225,7 @@ class _Checker:
                 f"the chain difference must be {v.DIFFERENCE_FORMULA!r}, found {chain['difference']!r}",
                 ["chain", "difference"],
             )
-        for name, canonical in v.AGGREGATE_FORMULAS.items():
+        for name, canonical in v.CHAIN_FORMULAS.items():
             found = chain["formulas"][name]
             if found != canonical:
                 raise self.fail(
@@ -251,7 +251,7 @@ class _Checker:
                 )
             entry = thresholds[dtype]
             self.dtype_status(dtype, entry["status"], [*path, "status"])
-            if self.scope_fields(entry, v.AGGREGATES, path):
+            if self.scope_fields(entry, (*v.AGGREGATES, *v.GRADIENT_AGGREGATES), path):
                 if "calibration" not in entry:
                     raise self.fail(
                         "chain thresholds need a calibration record (source, active tokens, date, status)",

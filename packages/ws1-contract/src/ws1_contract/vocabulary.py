@@ -41,6 +41,15 @@ AGGREGATE_FORMULAS = {
     "clipfrac0": "mean((exp(d) < clip_low) | (exp(d) > clip_high))",
 }
 AGGREGATES = tuple(AGGREGATE_FORMULAS)
+# Chain-level gradient aggregates, per parameter gradient g of the trainer against g_ref of the fp32 reference
+# drop-in (normwise: a whole bf16 model's accumulated rounding has no element-wise bound that a correct chain
+# keeps at every width, while a gradient a few per cent off moves the norm of the difference at once).
+GRADIENT_FORMULAS = {
+    "grad_rel_l2": "norm2(g - g_ref) / norm2(g_ref)",
+    "grad_rel_max_abs": "max(abs(g - g_ref)) / max(abs(g_ref))",
+}
+GRADIENT_AGGREGATES = tuple(GRADIENT_FORMULAS)
+CHAIN_FORMULAS = {**AGGREGATE_FORMULAS, **GRADIENT_FORMULAS}
 CLIP_LOW = 0.8
 CLIP_HIGH = 1.2
 

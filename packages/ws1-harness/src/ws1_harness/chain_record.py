@@ -122,3 +122,16 @@ def thresholds_record(th: Any) -> dict[str, Any]:
         "status": th.status,
         "calibration": None if th.calibration is None else th.calibration.status,
     }
+
+
+def gradient_thresholds_record(th: Any) -> dict[str, Any]:
+    """The contract's chain gradient thresholds (``grad_rel_l2``, ``grad_rel_max_abs`` of
+    `ws1_contract.AggregateThresholds`) as the gradient_accuracy judgment of a chain cell records them; the gate
+    recomputes the same record from its own contract."""
+    return {
+        "dtype": th.dtype,
+        "grad_rel_l2": th.grad_rel_l2,
+        "grad_rel_max_abs": th.grad_rel_max_abs,
+        "status": th.status,
+        "calibration": None if th.calibration is None else th.calibration.status,
+    }

@@ -10,8 +10,9 @@ judgment is derived again from the figures it records, against the contract and 
 - logprob accuracy: each chain aggregate present and within the contract's chain threshold for the cell's dtype;
 - gradient invariance: one row per training layout other than the packed one, each a raw-bits-equal flag per
   parameter, every flag true, the same parameters in every row;
-- gradient accuracy: never gated (the contract holds no chain-level gradient thresholds), but its per-parameter
-  verdicts must agree with their mismatch counts and use the contract's op-class thresholds;
+- gradient accuracy: one row per parameter (the parameters gradient invariance flags), each passing iff its
+  gradient is finite and its `rel_l2` and `rel_max_abs` are within the contract's chain gradient thresholds
+  (`grad_rel_l2`, `grad_rel_max_abs`), which the cell must record as the contract's;
 - op watch: gated unless the profile is a stock baseline (the manifest's `device: any` profile, not the cell's
   word); passes when it watched at least one node and found no problem.
 
@@ -25,14 +26,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ws1_harness.chain_record import JUDGMENTS, thresholds_record
+from ws1_harness.chain_record import JUDGMENTS, gradient_thresholds_record, thresholds_record
 from ws1_harness.evidence import chain_label
 from ws1_harness.rejudge import GateReference, GateReferenceError
 
 #: the judgments gated for every profile; op_watch is gated unless the profile is a stock baseline
-ALWAYS_GATED = ("parity", "logprob_accuracy", "gradient_invariance")
-NEVER_GATED = ("gradient_accuracy",)
+ALWAYS_GATED = ("parity", "logprob_accuracy", "gradient_invariance", "gradient_accuracy")
 AGGREGATES = ("max_abs_dlogp", "approx_kl0", "clipfrac0")
+GRADIENT_FIGURES = ("rel_l2", "rel_max_abs")
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,21 @@ class ChainRejudged:
 
 def contract_thresholds(ref: GateReference, dtype: str) -> dict[str, Any]:
     """The chain thresholds of the gate's contract, in the shape a chain cell records them."""
+    return thresholds_record(_aggregates(ref, dtype))
+
+
+def contract_gradient_thresholds(ref: GateReference, dtype: str) -> dict[str, Any]:
+    """The chain gradient thresholds of the gate's contract, in the shape a chain cell records them."""
+    return gradient_thresholds_record(_aggregates(ref, dtype))
+
+
+def _aggregates(ref: GateReference, dtype: str) -> Any:
     from ws1_contract import ContractError
 
     try:
-        th = ref.contract.aggregates(dtype)
+        return ref.contract.aggregates(dtype)
     except ContractError as exc:
         raise GateReferenceError(str(exc)) from None
-    return thresholds_record(th)
 
 
 def _within(row: Mapping[str, Any], th: Mapping[str, Any]) -> bool | None:
@@ -120,34 +129,30 @@ def _invariance(detail: Mapping[str, Any], want: frozenset[str]) -> tuple[bool, 
     return ok, faults, params
 
 
-def _grad_accuracy(detail: Mapping[str, Any], ref: GateReference) -> tuple[bool, list[str], frozenset[str]]:
+def _grad_accuracy(
+    detail: Mapping[str, Any], ref: GateReference, gth: Mapping[str, Any]
+) -> tuple[bool, list[str], frozenset[str]]:
     faults: list[str] = []
+    if dict(detail.get("thresholds") or {}) != dict(gth):
+        faults.append(
+            f"gradient_accuracy: recorded thresholds are not the contract's chain gradient thresholds "
+            f"({gth['dtype']})"
+        )
+    l2, mx = gth["grad_rel_l2"], gth["grad_rel_max_abs"]
     params = detail["parameters"]
+    ok = bool(params) and l2 is not None and mx is not None
     for name, p in params.items():
         where = f"gradient_accuracy/{name}"
-        info = ref.manifest.operators.get(p["operator"])
-        if info is None:
+        if p["operator"] not in ref.manifest.operators:
             faults.append(f"{where}: operator {p['operator']!r} is not in the manifest")
-            continue
-        if p.get("n_mismatch") is None:
-            if p["passed"]:
-                faults.append(f"{where}: passed without a comparison")
-            continue
-        if p["passed"] != (p["n_mismatch"] == 0):
-            faults.append(
-                f"{where}: records passed={p['passed']} with {p['n_mismatch']} mismatching elements"
-            )
-        try:
-            _, atol, rtol = ref.rule("gradient_accuracy", info.op_class)
-        except GateReferenceError as exc:
-            faults.append(f"{where}: {exc}")
-            continue
-        if p.get("op_class") != info.op_class or p.get("atol") != atol or p.get("rtol") != rtol:
-            faults.append(
-                f"{where}: thresholds atol={p.get('atol')} rtol={p.get('rtol')} ({p.get('op_class')}) are not "
-                f"the contract's atol={atol} rtol={rtol} ({info.op_class})"
-            )
-    ok = bool(params) and all(p["passed"] for p in params.values())
+        figures = [p.get(f) for f in GRADIENT_FIGURES]
+        measured = p.get("finite") is True and all(isinstance(f, (int, float)) for f in figures)
+        passed = bool(
+            measured and l2 is not None and mx is not None and figures[0] <= l2 and figures[1] <= mx
+        )
+        if p["passed"] != passed:
+            faults.append(f"{where}: records passed={p['passed']} but its figures say {passed}")
+        ok = ok and passed
     return ok, faults, frozenset(params)
 
 
@@ -171,6 +176,7 @@ def rejudge_chain(raw: Mapping[str, Any], ref: GateReference) -> ChainRejudged:
         faults.append(f"dtype {raw['dtype']} is not the contract's execution dtype {ref.dtype}")
     try:
         th = contract_thresholds(ref, ref.dtype)
+        gth = contract_gradient_thresholds(ref, ref.dtype)
     except GateReferenceError as exc:
         return ChainRejudged((*faults, str(exc)), "red", ("parity",))
     names = [j["name"] for j in raw["judgments"]]
@@ -183,7 +189,7 @@ def rejudge_chain(raw: Mapping[str, Any], ref: GateReference) -> ChainRejudged:
     inv_params = acc_params = frozenset[str]()
     for name, j in by_name.items():
         detail = j["detail"]
-        if "thresholds" in detail and dict(detail["thresholds"]) != th:
+        if name != "gradient_accuracy" and "thresholds" in detail and dict(detail["thresholds"]) != th:
             faults.append(
                 f"{name}: recorded thresholds are not the contract's chain thresholds ({th['dtype']})"
             )
@@ -194,7 +200,7 @@ def rejudge_chain(raw: Mapping[str, Any], ref: GateReference) -> ChainRejudged:
         elif name == "gradient_invariance":
             derived[name], more, inv_params = _invariance(detail, training - {man.canonical})
         elif name == "gradient_accuracy":
-            derived[name], more, acc_params = _grad_accuracy(detail, ref)
+            derived[name], more, acc_params = _grad_accuracy(detail, ref, gth)
         else:  # op_watch
             derived[name] = detail["nodes_watched"] >= 1 and not detail["problems"]
             more = []
@@ -260,6 +266,7 @@ __all__ = [
     "chain_disagreement",
     "chain_gaps",
     "chain_label",
+    "contract_gradient_thresholds",
     "contract_thresholds",
     "divergence_text",
     "rejudge_chain",

@@ -1,7 +1,10 @@
 """Model weights: Hugging Face Qwen3 tensor names, synthetic generation, content hash, checkpoint loading.
 
 Synthetic tensors are generated one at a time from a generator seeded by `(seed, tensor name)`, drawn in
-fp32 and rounded to bf16, so any subset can be regenerated alone. The content hash streams tensor by tensor
+fp32 and rounded to bf16, so any subset can be regenerated alone. A large tensor is drawn in blocks of whole rows
+into one reused fp32 buffer (the same bits as one draw: see `generate_tensor`), and `synthetic_weights` draws
+independent tensors on several threads, so the full-width embedding and lm_head (151936 x 4096 each) no longer
+cost a 2.5 GB fp32 temporary each and a serial pass over the whole model. The content hash streams tensor by tensor
 in sorted name order over (name, dtype, shape, raw bytes), so the 16 GB full model is never in memory at once.
 """
 
@@ -10,14 +13,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from .errors import WorkloadError
-from .inputs import derive_seed, round_to_bf16
+from .inputs import ZERO_REPLACEMENT, derive_seed, round_to_bf16
 from .manifest import Manifest, ModelConfig, WeightPin
 
 _DTYPES = {"bfloat16": torch.bfloat16}
@@ -53,18 +58,60 @@ def tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return dict(sorted(shapes.items()))
 
 
-def generate_tensor(pin: WeightPin, name: str, shape: tuple[int, ...]) -> torch.Tensor:
-    """One synthetic tensor: fp32 draw from a generator seeded by (seed, name), rounded to bf16, no zeros."""
-    gen = torch.Generator(device="cpu").manual_seed(derive_seed("weights", str(pin.seed), name))
-    x = torch.empty(shape, dtype=torch.float32).normal_(generator=gen)
+#: elements per block of a blocked draw (64 MB of fp32); a tensor at most this large is drawn at once
+BLOCK_ELEMENTS = 1 << 24
+#: torch's CPU ``normal_`` fills a float tensor of n >= 16 elements by drawing n uniforms in order, then
+#: transforming them 16 at a time (Box-Muller within each group of 16); only a tail of n % 16 elements is redrawn.
+#: So consecutive draws whose sizes are multiples of 16 consume the stream exactly as one draw does and give the
+#: same bits (tests/ws1_workload/test_weights.py checks it against the one-draw path and the pinned hash).
+_NORMAL_GROUP = 16
+
+
+def _scale(pin: WeightPin, name: str, shape: tuple[int, ...]) -> tuple[float, float]:
+    """(multiplier, offset) of a standard normal draw for this tensor."""
     init = pin.init
     if name == "model.embed_tokens.weight":
-        x.mul_(init.embed_std)
-    elif len(shape) == 1:  # every 1-D weight of Qwen3 dense is an RMSNorm scale
-        x.mul_(init.norm_std).add_(init.norm_mean)
-    else:
-        x.mul_(init.linear_gain / math.sqrt(shape[1]))
-    return round_to_bf16(x).to(_DTYPES[pin.dtype])
+        return init.embed_std, 0.0
+    if len(shape) == 1:  # every 1-D weight of Qwen3 dense is an RMSNorm scale
+        return init.norm_std, init.norm_mean
+    return init.linear_gain / math.sqrt(shape[1]), 0.0
+
+
+def generate_tensor(
+    pin: WeightPin, name: str, shape: tuple[int, ...], *, block_elements: int | None = None
+) -> torch.Tensor:
+    """One synthetic tensor: fp32 draw from a generator seeded by (seed, name), rounded to bf16, no zeros.
+
+    A 2-D tensor larger than ``block_elements`` whose rows hold a multiple of 16 elements is drawn block of rows
+    by block into a reused fp32 buffer, each block scaled and rounded into the bf16 result: the same stream, the
+    same elementwise ops, the same bits as one draw (see ``_NORMAL_GROUP``), without the fp32 temporary of the
+    whole tensor.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(derive_seed("weights", str(pin.seed), name))
+    mul, add = _scale(pin, name, shape)
+    limit = BLOCK_ELEMENTS if block_elements is None else block_elements
+    dtype = _DTYPES[pin.dtype]
+    numel = math.prod(shape)
+    if len(shape) != 2 or numel <= limit or shape[1] % _NORMAL_GROUP or dtype != torch.bfloat16:
+        x = torch.empty(shape, dtype=torch.float32).normal_(generator=gen)
+        x.mul_(mul)
+        if add:
+            x.add_(add)
+        return round_to_bf16(x).to(dtype)
+    rows, cols = shape
+    step = max(1, limit // cols)
+    out = torch.empty(shape, dtype=dtype)
+    buf = torch.empty((step, cols), dtype=torch.float32)
+    for r0 in range(0, rows, step):
+        n = min(step, rows - r0)
+        x = buf[:n].normal_(generator=gen)
+        x.mul_(mul)
+        if add:
+            x.add_(add)
+        dst = out[r0 : r0 + n]
+        dst.copy_(x)  # round to nearest even, as round_to_bf16's .to(bfloat16)
+        dst.masked_fill_(dst == 0, ZERO_REPLACEMENT)
+    return out
 
 
 def iter_synthetic_weights(
@@ -81,10 +128,28 @@ def iter_synthetic_weights(
 
 
 def synthetic_weights(
-    manifest: Manifest, model: str = "tiny", names: Iterable[str] | None = None
+    manifest: Manifest, model: str = "tiny", names: Iterable[str] | None = None, *, threads: int | None = None
 ) -> dict[str, torch.Tensor]:
-    """All (or the named) synthetic tensors of `model` as bf16, keyed by HF name."""
-    return dict(iter_synthetic_weights(manifest, model, names))
+    """All (or the named) synthetic tensors of `model` as bf16, keyed by HF name (sorted).
+
+    Each tensor has its own generator, so tensors are drawn on ``threads`` threads at once (default: half the
+    host's cores, at most 8; 1: one after another) with the bits of a serial draw: a full-width run no longer
+    waits for one core to draw 1.7 G normals one tensor after another.
+    """
+    shapes = tensor_shapes(manifest.model(model))
+    pin = manifest.weights(model)
+    wanted = sorted(shapes) if names is None else sorted(set(names))
+    for name in wanted:
+        if name not in shapes:
+            raise WorkloadError(f"model {model!r}: no tensor named {name!r}")
+    workers = threads if threads is not None else max(1, min(8, (os.cpu_count() or 2) // 2))
+    if workers <= 1 or len(wanted) <= 1:
+        return {name: generate_tensor(pin, name, shapes[name]) for name in wanted}
+    # largest first, so the two vocab-sized tensors start at once and the layers fill the other threads
+    order = sorted(wanted, key=lambda n: -math.prod(shapes[n]))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {name: pool.submit(generate_tensor, pin, name, shapes[name]) for name in order}
+        return {name: futures[name].result() for name in wanted}
 
 
 def _record_header(name: str, tensor: torch.Tensor) -> bytes:

@@ -150,6 +150,8 @@ class Engine:
         self.max_step_tokens = max_step_tokens
         self.watch = watch or contextlib.nullcontext
         self.trace: list[StepRecord] = []
+        #: called after every step with (step, running requests, finished requests): a caller's progress line
+        self.on_step: Callable[[int, int, int], None] | None = None
 
     def _check(self, requests: Sequence[Request], vocab: int) -> None:
         seen: set[int] = set()
@@ -197,6 +199,8 @@ class Engine:
                     finished[rid] = run.done
                     cache.drop(rid)
                 running = [r for r in running if r.req.request_id not in left]
+                if self.on_step is not None:
+                    self.on_step(step, len(running), len(finished))
                 step += 1
         return finished
 
