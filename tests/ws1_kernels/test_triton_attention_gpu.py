@@ -141,6 +141,47 @@ def test_forward_and_backward_identical_run_to_run() -> None:
             assert_bitwise(f"rerun {i} {k}", again[k], first[k])
 
 
+# cached keys per sample: whole and partial key blocks, a one-block prefix, none
+CACHE_LENS = (1100, 1151, 64, 0)
+
+
+@pytest.mark.parametrize("aligned", [True, False])
+def test_decode_step_on_a_cache_gives_the_prefill_bits(aligned: bool) -> None:
+    """A serving-shaped decode step (one new token per sample, kv_prefix = views of one preallocated cache, as
+    `ws1 bench --op attention_decode` runs it) gives the bits of the same tokens in one packed prefill.
+    ``aligned=False`` moves every prefix to an address that is not a multiple of 16 bytes, which takes the
+    unhinted loads."""
+    g = torch.Generator().manual_seed(7)
+    n, c = len(CACHE_LENS), max(CACHE_LENS) + 1
+    kc = torch.randn((n, c, HKV, D), generator=g).to(BF).to(DEV)
+    vc = torch.randn((n, c, HKV, D), generator=g).to(BF).to(DEV)
+    qs = [torch.randn((length + 1, HQ, D), generator=g).to(BF).to(DEV) for length in CACHE_LENS]
+    sid = torch.cat([torch.full((length + 1,), s, dtype=torch.int64) for s, length in enumerate(CACHE_LENS)])
+    pos = torch.cat([torch.arange(length + 1) for length in CACHE_LENS])
+    packed = att.attention(
+        torch.cat(qs), torch.cat([kc[s, : ln + 1] for s, ln in enumerate(CACHE_LENS)]),
+        torch.cat([vc[s, : ln + 1] for s, ln in enumerate(CACHE_LENS)]), SCALE, LayoutContext(sid, pos),
+    )  # fmt: skip
+    last = torch.tensor(CACHE_LENS).cumsum(0) + torch.arange(n)  # each sample's last row in the packed call
+
+    def view(t: torch.Tensor) -> torch.Tensor:
+        if aligned:
+            return t
+        flat = torch.empty(t.numel() + 1, dtype=BF, device=DEV)[1:]  # 2 bytes past an aligned allocation
+        return flat.copy_(t.flatten()).view(t.shape)
+
+    prefix = {s: (view(kc[s, :ln]), view(vc[s, :ln])) for s, ln in enumerate(CACHE_LENS) if ln}
+    if not aligned:
+        assert all(t.data_ptr() % 16 for pair in prefix.values() for t in pair)
+    ctx = LayoutContext(torch.arange(n), torch.tensor(CACHE_LENS), prefix)
+    ln = torch.tensor(CACHE_LENS, device=DEV)
+    step = att.attention(
+        torch.stack([q[-1] for q in qs]), kc[torch.arange(n, device=DEV), ln].contiguous(),
+        vc[torch.arange(n, device=DEV), ln].contiguous(), SCALE, ctx,
+    )  # fmt: skip
+    assert_bitwise("decode step", step, packed[last.to(DEV)])
+
+
 def test_attention_forward_gives_the_operator_bits() -> None:
     rows = _logical()
     cu = [0, *torch.tensor(BATCH.lengths).cumsum(0).tolist()]

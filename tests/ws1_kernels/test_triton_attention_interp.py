@@ -2,11 +2,15 @@
 
 Shapes: 4 query / 2 kv heads (GQA group 2), head_dim 16, samples of 1, 5, 17 and 40 tokens.  Test tiles
 (``TILES``) make every sample cross blocks: forward tiles of 16 positions x 2 heads over key blocks of 8, dQ
-tiles of 8 positions, dK/dV blocks of 16 keys stepping 4 query positions at a time.  The interpreter runs each
-``tl.dot`` as one numpy matmul of a fixed shape, and a row always sits in the same slot of a same-shape tile
-(tiles are aligned to logical positions), so the bitwise checks test what the kernels control: the tables,
-the slot and key indexing, the masking, the key-block order, the prefix/own key source.  Whether the H200's
-MMA keeps the bits is test_triton_attention_gpu.py's job.
+tiles of 8 positions, dK/dV blocks of 16 keys stepping 4 query positions at a time; a decode call (one row
+per sample) runs tiles of one row x 2 heads padded to 16 slots.  The interpreter runs each ``tl.dot`` as one
+numpy/OpenBLAS matmul whose per-element order depends on the element's slot in the tile (a BLAS artefact no
+GPU MMA has).  Training layouts keep a row in the same slot of a same-shape tile (tiles are aligned to logical
+positions), so they run on the raw interpreter; a decode tile puts the row in another slot, so the decode and
+row-alone tests swap in ``seq_dot`` (each k's products added in ascending k, the model of one accumulator
+walked in order).  The bitwise checks thus test what the kernels control: the tables, the slot and key
+indexing, the masking, the key-block order, the prefix/own key source.  Whether the H200's MMA keeps the bits
+across tile shapes is test_triton_attention_gpu.py's job.
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ from kernels_support import Batch, Call, Case, assert_bitwise, layout, run, upst
 
 pytest.importorskip("triton")
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes  # noqa: E402
+from triton.runtime import interpreter as interp  # noqa: E402
 
 from ws1_kernels import KernelInputError, LayoutContext, launches, reference  # noqa: E402
 from ws1_kernels.triton_ops import _launch, load_ops  # noqa: E402
@@ -36,7 +43,7 @@ pytestmark = [
 HQ, HKV, D = 4, 2, 16
 SCALE = D**-0.5
 F32 = torch.float32
-TILES = att.Tiles(block_m=32, block_n=8, dq_m=16, dq_n=8, dkv_m=8, dkv_n=16)
+TILES = att.Tiles(block_m=32, block_n=8, dq_m=16, dq_n=8, dkv_m=8, dkv_n=16, dec_m=16)
 # decode: each sample's last 3 tokens (a 1-token sample decodes its only token with no prefix)
 BATCH = Batch(lengths=(1, 5, 17, 40), prompt_lens=(0, 2, 14, 37))
 
@@ -63,6 +70,32 @@ def _fn(tiles: att.Tiles = TILES):
 def _packed(backward: bool):
     """The packed layout (one call), the baseline every other layout must match bit for bit."""
     return run(_fn(), _case(), BATCH, layout(BATCH, "packed"), rule=None, backward=backward)
+
+
+def _sequential_dot(self, a, b, d, input_precision, max_num_imprecise_acc):  # noqa: ARG001
+    acc = d.data.copy()
+    ad, bd = a.data.astype(acc.dtype), b.data.astype(acc.dtype)
+    for k in range(ad.shape[-1]):
+        acc = acc + ad[..., :, k : k + 1] * bd[..., k : k + 1, :]
+    return interp.TensorHandle(acc, d.dtype.scalar)
+
+
+@pytest.fixture
+def seq_dot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tl.dot`` = the accumulator plus each k's products in ascending k (restored after the test)."""
+    monkeypatch.setattr(interp.InterpreterBuilder, "create_dot", _sequential_dot)
+
+
+_SEQ_PACKED: dict[str, object] = {}
+
+
+def _packed_seq():
+    """The packed forward under ``seq_dot`` (the caller holds the fixture), computed once."""
+    if "out" not in _SEQ_PACKED:
+        _SEQ_PACKED["out"] = run(
+            _fn(), _case(), BATCH, layout(BATCH, "packed"), rule=None, backward=False
+        ).out
+    return _SEQ_PACKED["out"]
 
 
 def _reference(case: Case, gout: torch.Tensor):
@@ -141,20 +174,81 @@ def test_pad_rows_are_zero() -> None:
 
 
 @pytest.mark.parametrize("name", ["chunked_7", "decode"])
-def test_inference_layouts_bitwise(name: str) -> None:
+def test_inference_layouts_bitwise(name: str, seq_dot: None) -> None:
     """Chunked prefill (7 rows per sample per call) and decode (one row per sample per call, keys below it
-    from kv_prefix) give the full prefill's bits for every row."""
+    from kv_prefix, one-row tiles) give the full prefill's bits for every row."""
     res = run(_fn(), _case(), BATCH, layout(BATCH, name), rule=None, backward=False)
-    assert_bitwise(f"{name} out", res.out, _packed(False).out)
+    assert_bitwise(f"{name} out", res.out, _packed_seq())
 
 
-def test_row_alone_bitwise() -> None:
-    """A single row alone in its call (its earlier keys from kv_prefix) has the bits it has in the packed
-    call: rows on both sides of key-block and query-tile boundaries of the 40-token sample."""
-    calls = [Call(((3, p),)) for p in (0, 7, 8, 15, 16, 17, 39)]
+def test_row_alone_bitwise(seq_dot: None) -> None:
+    """A single row alone in its call (a decode call: its earlier keys from kv_prefix) has the bits it has in
+    the packed call: every row of the 40-token sample, on both sides of key-block and query-tile boundaries."""
+    calls = [Call(((3, p),)) for p in range(40)]
     res = run(_fn(), _case(), BATCH, calls, rule=None, backward=False)
-    rows = [BATCH.offsets[3] + p for p in (0, 7, 8, 15, 16, 17, 39)]
-    assert_bitwise("row alone", res.out[rows], _packed(False).out[rows])
+    rows = [BATCH.offsets[3] + p for p in range(40)]
+    assert_bitwise("row alone", res.out[rows], _packed_seq()[rows])
+
+
+def _launched(monkeypatch: pytest.MonkeyPatch, name: str) -> list[dict]:
+    """The forward launches' constexprs of layout ``name``'s calls."""
+    seen: list[dict] = []
+    real = att.launch
+
+    def spy(kernel, grid, phase, *args, **kwargs):
+        if phase == "fwd":
+            seen.append({"grid": grid, **kwargs})
+        return real(kernel, grid, phase, *args, **kwargs)
+
+    monkeypatch.setattr(att, "launch", spy)
+    run(_fn(), _case(), BATCH, layout(BATCH, name), rule=None, backward=False)
+    return seen
+
+
+def test_decode_calls_take_one_row_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode call (one row per sample) launches one-row tiles of ``dec_m`` slots, one program per sample
+    and kv head, so the bitwise decode tests above run the decode specialisation, not the prefill tiles."""
+    seen = _launched(monkeypatch, "decode")  # the prompt call, then steps of 4, 3 and 3 samples
+    assert [kw["grid"][0] for kw in seen[1:]] == [4, 3, 3]
+    assert all(kw["R"] == 1 and kw["BLOCK_M"] == TILES.dec_m for kw in seen[1:])
+
+
+def test_chunked_calls_keep_prefill_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: calls holding several rows of a sample keep the prefill tile (R = block_m // G rows)."""
+    seen = _launched(monkeypatch, "chunked_7")
+    assert seen and all(
+        kw["R"] == TILES.block_m // (HQ // HKV) and kw["BLOCK_M"] == TILES.block_m for kw in seen
+    )
+
+
+_REAL_STEP = att._fwd_step
+
+
+@triton.jit
+def _reversed_prefix_step(
+    acc, l_i, m_i, q, qpos, qk_scale, kb, k_ptr, v_ptr, pk_ptr, pv_ptr, row0, p0, length, kv_off,
+    KV_STRIDE: tl.constexpr, BLOCK_N: tl.constexpr, HAS_PREFIX: tl.constexpr, MASKED: tl.constexpr,
+    PREFIX_ONLY: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    """A planted bug: the blocks wholly inside the prefix visited in descending order."""
+    if PREFIX_ONLY:
+        kb = p0 // BLOCK_N - 1 - kb
+    return _REAL_STEP(
+        acc, l_i, m_i, q, qpos, qk_scale, kb, k_ptr, v_ptr, pk_ptr, pv_ptr, row0, p0, length, kv_off,
+        KV_STRIDE, BLOCK_N, HAS_PREFIX, MASKED, PREFIX_ONLY, DOT_PREC,
+    )  # fmt: skip
+
+
+def test_negative_control_decode_block_order_changes_bits(
+    monkeypatch: pytest.MonkeyPatch, seq_dot: None
+) -> None:
+    """A decode path that walked the prefix's key blocks in another order would be caught: the rows whose
+    prefix holds two or more whole blocks (the 40-token sample's last tokens) change bits."""
+    base = _packed_seq()
+    monkeypatch.setattr(att, "_fwd_step", _reversed_prefix_step)
+    res = run(_fn(), _case(), BATCH, layout(BATCH, "decode"), rule=None, backward=False)
+    rows = slice(BATCH.offsets[3] + BATCH.prompt_lens[3], BATCH.total)
+    assert (res.out[rows] != base[rows]).any()
 
 
 @pytest.mark.parametrize("name", ["split_1", "padded_left"])
@@ -220,6 +314,58 @@ def test_attention_forward_matches_op() -> None:
         case.rows["q"], case.rows["k"], case.rows["v"], SCALE, cu, tiles=TILES, allow_fp32=True
     )
     assert_bitwise("attention_forward", out, _packed(False).out)
+
+
+# ------------------------------------------------------------------------------------------ host-side cache
+
+
+def _decode_call(seed: int = 5):
+    """A decode step: samples 0 and 1 at positions 3 and 9, their earlier keys as kv_prefix."""
+    g = torch.Generator().manual_seed(seed)
+    pre = {
+        s: (torch.randn((p, HKV, D), generator=g), torch.randn((p, HKV, D), generator=g))
+        for s, p in ((0, 3), (1, 9))
+    }
+    q, k, v = (
+        torch.randn((2, HQ, D), generator=g),
+        torch.randn((2, HKV, D), generator=g),
+        torch.randn((2, HKV, D), generator=g),
+    )
+    return q, k, v, LayoutContext(torch.tensor([0, 1]), torch.tensor([3, 9]), pre)
+
+
+def test_repeated_call_skips_the_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second call on the same context with the same tensors reuses the validated plan (no per-sample walk)
+    and gives the same bits."""
+    q, k, v, ctx = _decode_call()
+    calls: list[int] = []
+    real = att.check_attention
+    monkeypatch.setattr(att, "check_attention", lambda *a: calls.append(1) or real(*a))
+    first = att._attention(q, k, v, SCALE, ctx, tiles=TILES, allow_fp32=True)
+    again = att._attention(q, k, v, SCALE, ctx, tiles=TILES, allow_fp32=True)
+    assert len(calls) == 1
+    assert_bitwise("repeated call", again, first)
+
+
+def _change(name: str, ctx: LayoutContext) -> None:
+    pk, pv = ctx.kv_prefix[1]
+    if name == "replaced":  # a new entry of the wrong dtype
+        ctx.kv_prefix[1] = (pk.double(), pv)  # type: ignore[index]
+    elif name == "resized":  # the same tensor object, shrunk in place
+        pk.resize_(4, HKV, D)
+    else:  # a new, non-contiguous tensor of the right shape
+        ctx.kv_prefix[1] = (torch.zeros(HKV, 9, D).transpose(0, 1), pv)  # type: ignore[index]
+
+
+@pytest.mark.parametrize("name", ["replaced", "resized", "non_contiguous"])
+def test_changed_prefix_is_checked_again(name: str) -> None:
+    """The cache never hides a bad input: a kv_prefix entry replaced or resized in place after a cached call
+    is refused on the next call, as on a fresh context."""
+    q, k, v, ctx = _decode_call()
+    att._attention(q, k, v, SCALE, ctx, tiles=TILES, allow_fp32=True)
+    _change(name, ctx)
+    with pytest.raises(KernelInputError):
+        att._attention(q, k, v, SCALE, ctx, tiles=TILES, allow_fp32=True)
 
 
 # ---------------------------------------------------------------------------------------------- bad input
