@@ -86,3 +86,15 @@ def test_only_threads_python_did_not_start_count_as_engine_threads() -> None:
     _thread.start_new_thread(raw, ())
     assert done.wait(10)
     assert seen == {"threading": False, "raw": True} and not launches._engine_thread()
+
+
+def test_nested_equal_logs_leave_in_their_own_order() -> None:
+    """Two nested, still-empty (hence equal-looking) logs: each block pops its own log; control: ids land in both."""
+    from ws1_kernels import launches
+
+    with launches.observe() as outer:
+        with launches.observe() as inner:
+            assert inner is not outer
+        launches.record("k.after_inner", "forward")
+    assert outer.kernels == ["k.after_inner"]
+    assert inner.kernels == []

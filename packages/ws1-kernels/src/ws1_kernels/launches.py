@@ -21,9 +21,13 @@ from dataclasses import dataclass, field
 _state = threading.local()
 
 
-@dataclass
+@dataclass(eq=False)
 class LaunchLog:
-    """Kernel ids recorded while the ``observe()`` block was active, in launch order (``events`` adds the phase)."""
+    """Kernel ids recorded while the ``observe()`` block was active, in launch order (``events`` adds the phase).
+
+    Compared by identity: two nested logs that happen to hold the same ids are still two logs, and leaving a
+    block must pop its own log off the stack, not an equal one.
+    """
 
     kernels: list[str] = field(default_factory=list)
     events: list[tuple[str, str]] = field(default_factory=list)
