@@ -89,6 +89,9 @@ def test_tables_cover_bucket_boundaries() -> None:
     for table in (g.fwd_table(*LM), g.dx_table(*LM)):
         for bound in table.boundaries:
             assert bound in LM_MS and bound + 1 in LM_MS, bound
+    for table in (*g.FWD_TABLES.values(), *g.DX_TABLES.values()):  # the other shapes' tables
+        for bound in table.boundaries:
+            assert bound in DET_MS and bound + 1 in DET_MS, bound
 
 
 @pytest.mark.parametrize("m", DET_MS)
@@ -137,8 +140,10 @@ def test_lm_head_dx_row_alone_equals_row_in_batch(lm_inputs, m: int) -> None:
 
 
 def _all_tiles(table: g.TileTable) -> list[g.Tile]:
-    """Every tile of a table, and each with the persistent grid flipped."""
-    tiles = {t for _, t in table.buckets}
+    """Every tile of a table, and each with the persistent grid flipped; plus every tile of every other
+    frozen table with this table's BLOCK_K (a shape-specific table, e.g. gate/up's, is checked here too)."""
+    tables = (table, g.DEFAULT_TABLE, *g.FWD_TABLES.values(), *g.DX_TABLES.values())
+    tiles = {t for tab in tables for _, t in tab.buckets if t.block_k == table.block_k}
     tiles |= {dataclasses.replace(t, persistent=not t.persistent) for t in tiles}
     return sorted(tiles, key=repr)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ..errors import KernelInputError
 from ..launches import record
 
 
@@ -33,8 +34,6 @@ def launch(kernel: Any, grid: Any, phase: str, *args: Any, **kwargs: Any) -> Any
 
 def check_device(where: str, *tensors: torch.Tensor) -> torch.device:
     """Every tensor on one CUDA device (or on the CPU under the interpreter); returns that device."""
-    from ..errors import KernelInputError
-
     dev = tensors[0].device
     for t in tensors:
         if t.device != dev:
@@ -48,8 +47,6 @@ def check_device(where: str, *tensors: torch.Tensor) -> torch.device:
 
 def check_contiguous(where: str, **tensors: torch.Tensor) -> None:
     """Kernels index with row strides only: a non-contiguous input is refused, never silently copied."""
-    from ..errors import KernelInputError
-
     for name, t in tensors.items():
         if not t.is_contiguous():
             raise KernelInputError(f"{where}: {name} must be contiguous (strides {tuple(t.stride())})")

@@ -30,7 +30,10 @@ kernels never read outside the tensors).
 
 Known host sync: the target range check (``_validate.token_ids``: one ``aminmax`` read back to the host).  The
 kernels mask the target read anyway, so dropping the check could never read out of range, but the contract
-wants a bad target refused with an error at the call, which needs the host to see the values.
+wants a bad target refused with an error at the call, which needs the host to see the values.  The check runs
+right after the forward launches (a bad call raises and its output is dropped): the host then waits while the
+kernel runs, where a check before the launch left the GPU idle for the read-back and the launch (0.077 ms of
+the 0.43 ms of a validated 4096 x 151936 logp on the H200, whose kernel takes 0.355 ms).
 """
 
 from __future__ import annotations
@@ -799,8 +802,12 @@ def logp_apply(
     """Validated autograd entry of logp (fp32 too with ``allow_fp32``; ``tiles`` for tests only)."""
     if isinstance(logits, torch.Tensor) and logits.dim() == 2:
         _check_ctx(where, ctx, logits.shape[0])
-    _check_logp(where, logits, targets, allow_fp32=allow_fp32, check_range=True)
-    return _Logp.apply(logits, targets, tiles or LOGP_TILES)
+    _check_logp(where, logits, targets, allow_fp32=allow_fp32, check_range=False)
+    out = _Logp.apply(logits, targets, tiles or LOGP_TILES)
+    # the range check reads the ids back to the host (one sync): after the launch, so the wait overlaps the
+    # kernel instead of idling the GPU before it; the kernel never reads outside a row whatever the ids
+    _check_targets(where, targets, logits.shape[1], logits.shape[0], check_range=True)
+    return out
 
 
 def linear_logp_apply(
@@ -818,8 +825,11 @@ def linear_logp_apply(
         _check_ctx(where, ctx, x.shape[0])
     if isinstance(weight, torch.Tensor):
         check_main_grad(where, weight)  # host-only, before the target range check (the one sync)
-    _check_linear(where, x, weight, targets, allow_fp32=allow_fp32, check_range=True)
-    return _LinearLogp.apply(x, weight, targets, ctx, tiles or LINEAR_TILES)
+    _check_linear(where, x, weight, targets, allow_fp32=allow_fp32, check_range=False)
+    out = _LinearLogp.apply(x, weight, targets, ctx, tiles or LINEAR_TILES)
+    # after the forward launches, as in logp_apply (the forward kernels mask every target read)
+    _check_targets(where, targets, weight.shape[0], x.shape[0], check_range=True)
+    return out
 
 
 def logp(logits: torch.Tensor, targets: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:
