@@ -191,7 +191,11 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     """`ws1 bench` (docs/bench.md): candidate vs stock peer timings, JSON + Markdown under --out."""
     b = sub.add_parser("bench", help="time a profile's candidates against their stock peers (docs/bench.md)")
     b.add_argument("--profile", required=True)
-    b.add_argument("--op", action="append", help="operator to time (repeatable; default: every operator)")
+    b.add_argument(
+        "--op",
+        action="append",
+        help="operator to time, or train_step / decode_step (repeatable; default: every operator, no step)",
+    )
     b.add_argument("--shape", action="append", help="shape name to time (repeatable, e.g. down, lm_head)")
     b.add_argument("--m", action="append", type=int, help="rows M of a call (repeatable; default per op)")
     b.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if available, else cpu")
@@ -205,6 +209,14 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     b.add_argument("--copy-mib", type=_positive, help="copy-ceiling buffer (MiB; default 2048 CUDA, 64 CPU)")
     b.add_argument("--mm-n", type=int, help="mm-ceiling size n of bf16 n^3 (default 8192 CUDA, 512 CPU)")
     b.add_argument("--attn-seq", type=int, default=1024, help="attention sample length S (default 1024)")
+    b.add_argument(
+        "--layers", type=int, help="train_step/decode_step: first L layers of the model (default 4)"
+    )
+    b.add_argument("--tokens", type=int, help="train_step: packed tokens of the training call (default 8192)")
+    b.add_argument(
+        "--batch", action="append", type=int, help="decode_step: batch (repeatable; default 1, 64, 256)"
+    )
+    b.add_argument("--cache", type=int, help="decode_step: cached tokens per request (default 4096)")
 
 
 # What the execution commands need beyond the torch-free verdict side (`pip install "ws1-harness[run]"`).

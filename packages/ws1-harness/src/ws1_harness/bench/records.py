@@ -68,6 +68,9 @@ class Row:
     peak_mem_bytes: dict[str, int | None] | None = None
     fp32_logits_bytes: int | None = None
     target: Target | None = None
+    # train_step / decode_step rows only (bench/steps.py): layers, lengths or cache, the peer's kernels, the
+    # path checks; None on operator rows
+    step: dict[str, Any] | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -84,7 +87,13 @@ class Row:
 
     def to_json(self, copy_gbs: float | None) -> dict[str, Any]:
         cand_rate = self.rate(self.candidate_ms)
-        met = judge(self.target, self.ratio, self.candidate_ms, cand_rate, copy_gbs)
+        # only an ok row is judged: an error row may hold two times that do not measure the candidate (a step
+        # row whose candidate path ran stock kernels)
+        met = (
+            judge(self.target, self.ratio, self.candidate_ms, cand_rate, copy_gbs)
+            if self.status == "ok"
+            else None
+        )
         return {
             "op": self.op,
             "shape": self.shape,
@@ -109,6 +118,7 @@ class Row:
             "kernels_observed": list(self.kernels_observed),
             "peak_mem_bytes": self.peak_mem_bytes,
             "fp32_logits_bytes": self.fp32_logits_bytes,
+            "step": self.step,
         }
 
 
@@ -267,6 +277,7 @@ def render_markdown(doc: Mapping[str, Any], source: str = "bench") -> str:
                 f"| {r['m']} | {r['phase']} | {_gib(pm.get('candidate'))} | {_gib(pm.get('peer'))} | "
                 f"{_gib(r['fp32_logits_bytes'])} |"
             )
+    out += _step_section(doc["rows"])
     problems = [r for r in doc["rows"] if r["status"] != "ok"]
     if problems:
         out += ["", "## Not measured", ""]
@@ -276,3 +287,32 @@ def render_markdown(doc: Mapping[str, Any], source: str = "bench") -> str:
             out.append(f"- {r['status']}: {where}: {why}")
     out.append("")
     return "\n".join(out)
+
+
+def _step_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """train_step / decode_step rows: peak memory per side and what ran on each (rows without `step`: none)."""
+    steps = [r for r in rows if r.get("step")]
+    if not steps:
+        return []
+    out = [
+        "",
+        "## Whole-model steps (the profile's drop-in against the stock model, one process)",
+        "",
+        "Peak = `torch.cuda.max_memory_allocated()` over one step after a reset (absolute: weights, the side's "
+        "gradient buffers, the KV cache included).",
+        "",
+        "| op | M | layers | cand ms | peer ms | ratio | cand peak | peer peak | candidate kernels | peer kernels | "
+        "path |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in steps:
+        st, pm = r["step"], r.get("peak_mem_bytes") or {}
+        problems = [*st["path_problems"]["candidate"], *st["path_problems"]["peer"]]
+        out.append(
+            f"| {r['op']} | {r['m']} | {st['layers']} | {_f(r['candidate_ms'], 3)} | {_f(r['peer_ms'], 3)} | "
+            f"{_f(r['ratio'], 3)} | {_gib(pm.get('candidate'))} | {_gib(pm.get('peer'))} | "
+            f"{len(r['kernels_observed'])} | {len(st['peer_kernels_observed'])} | "
+            f"{'; '.join(problems) if problems else 'own kernels only'} |"
+        )
+    out += ["", f"Weights: {steps[0]['step']['weights']}."]
+    return out

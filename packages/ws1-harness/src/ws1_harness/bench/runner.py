@@ -29,6 +29,7 @@ import torch
 from ws1_harness.bench import cases as C
 from ws1_harness.bench import records as R
 from ws1_harness.bench import shapes as S
+from ws1_harness.bench import steps as ST
 from ws1_harness.bench import targets as T
 from ws1_harness.bench.timing import Timer, l2_policy, make_timer, measure_ceilings, one_line, synchronize
 from ws1_harness.provenance import portable_path
@@ -52,6 +53,7 @@ METHOD = {
         "one LayoutContext per point, built on the host and reused across calls (its device copy is cached), "
         "as one micro-batch reuses it across layers: one sample of M rows; attention: M/S samples of S rows"
     ),
+    "step": ST.STEP_METHOD,
     "peak_mem": (
         "CUDA only: torch.cuda.max_memory_allocated() minus memory_allocated() before one probe call (fwd: the "
         "call; bwd: a fresh forward with grad + backward); the candidate's main_grad buffer is allocated before"
@@ -76,6 +78,11 @@ class Options:
     copy_mib: float | None = None
     mm_n: int | None = None
     attn_seq: int = S.DEFAULT_ATTN_SEQ
+    # train_step / decode_step (bench/steps.py); None: the default, and bad input when the op is not asked for
+    layers: int | None = None
+    tokens: int | None = None
+    cache: int | None = None
+    batches: tuple[int, ...] | None = None
 
 
 def _fail(msg: str) -> R.BenchInputError:
@@ -86,7 +93,12 @@ def options_from_args(args: argparse.Namespace) -> Options:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise _fail("--device cuda: no CUDA device here")
-    for flag, values in (("--op", args.op), ("--shape", args.shape), ("--m", args.m)):
+    for flag, values in (
+        ("--op", args.op),
+        ("--shape", args.shape),
+        ("--m", args.m),
+        ("--batch", args.batch),
+    ):
         if values and len(set(values)) != len(values):
             raise _fail(f"{flag} given twice for the same value")
     return Options(
@@ -105,6 +117,10 @@ def options_from_args(args: argparse.Namespace) -> Options:
         copy_mib=args.copy_mib,
         mm_n=args.mm_n,
         attn_seq=args.attn_seq,
+        layers=args.layers,
+        tokens=args.tokens,
+        cache=args.cache,
+        batches=tuple(args.batch) if args.batch else None,
     )
 
 
@@ -137,6 +153,7 @@ class Plan:
     points: dict[str, list[S.Point]]
     differentiable: dict[str, bool]
     total_rows: int
+    steps: tuple[ST.StepPoint, ...] = ()
 
 
 def make_plan(opts: Options) -> Plan:
@@ -162,14 +179,26 @@ def make_plan(opts: Options) -> Plan:
     if opts.ms and min(opts.ms) < 1:
         raise _fail(f"--m must be >= 1, got {min(opts.ms)}")
     table = S.op_shapes(model, opts.attn_seq)
-    unknown = [op for op in (opts.ops or ()) if op not in S.BENCH_OPS]
+    unknown = [op for op in (opts.ops or ()) if op not in S.BENCH_OPS + ST.STEP_OPS]
     if unknown:
-        raise _fail(f"unknown operator {unknown[0]!r} (known: {', '.join(S.BENCH_OPS)})")
+        raise _fail(f"unknown operator {unknown[0]!r} (known: {', '.join(S.BENCH_OPS + ST.STEP_OPS)})")
     names = S.all_shape_names(table)
     bad_shape = [s for s in (opts.shapes or ()) if s not in names]
     if bad_shape:
         raise _fail(f"unknown shape {bad_shape[0]!r} (known: {', '.join(names)})")
-    ops = opts.ops or S.BENCH_OPS
+    # the whole-model steps run only when named; --shape and --m set operator rows, the steps have their own
+    step_ops = tuple(op for op in (opts.ops or ()) if op in ST.STEP_OPS)
+    step_points = ST.plan_points(
+        step_ops, model, layers=opts.layers, tokens=opts.tokens, cache=opts.cache, batches=opts.batches
+    )
+    if step_ops:
+        ST.check_runnable()
+    ops = tuple(op for op in opts.ops if op not in ST.STEP_OPS) if opts.ops else S.BENCH_OPS
+    if step_ops and not ops and (opts.shapes or opts.ms):
+        flag = "--shape" if opts.shapes else "--m"
+        raise _fail(
+            f"{flag} sets operator rows; --op {step_ops[0]} takes --layers, --tokens, --batch, --cache"
+        )
     if opts.shapes:
         # --shape narrows the default operator list; an operator named by --op must have one of the shapes
         lacking = [op for op in ops if not any(s in table[op] for s in opts.shapes)]
@@ -193,7 +222,10 @@ def make_plan(opts: Options) -> Plan:
             total += 1
         else:
             total += len(points[op]) * (2 if diff[op] else 1)
-    return Plan(tuple(ops), points, diff, total)
+    if step_points:
+        runnable = ST.resolve_reason(opts.profile, opts.device) is None
+        total += len(step_points) if runnable else len(step_ops)
+    return Plan(tuple(ops), points, diff, total, tuple(step_points))
 
 
 def _resolve(opts: Options, op: str) -> tuple[Any, str | None]:
@@ -412,18 +444,26 @@ def _progress(out: TextIO | None, i: int, n: int, row: dict[str, Any]) -> None:
     head = f"ws1 bench [{i}/{n}] {row['op']} {row['shape']}"
     if row["m"] is not None:
         head += f" M={row['m']} {row['phase']}"
+    pm = row.get("peak_mem_bytes") if row.get("step") else None
+    mem = f"; peak cand {_gib(pm.get('candidate'))}, peer {_gib(pm.get('peer'))}" if pm else ""
     if row["status"] in ("unavailable", "skipped"):
         line = f"{head}: {row['status']}: {row['reason']}"
     elif row["status"] == "error":
         line = f"{head}: error: " + "; ".join(f"{k}: {v}" for k, v in row["errors"].items())
+        if row["candidate_ms"] is not None and row["peer_ms"] is not None:  # a step row failing a path check
+            line += f" (cand {_num(row['candidate_ms'], 4)} ms, peer {_num(row['peer_ms'], 4)} ms{mem})"
     else:
         verdict = {True: "met", False: "MISSED", None: "-"}[row["target_met"]]
         tgt = f" [{row['target']['text']}: {verdict}]" if row["target"] else ""
         line = (
             f"{head}: cand {_num(row['candidate_ms'], 4)} ms, peer {_num(row['peer_ms'], 4)} ms, "
-            f"ratio {_num(row['ratio'], 3)}{tgt}"
+            f"ratio {_num(row['ratio'], 3)}{tgt}{mem}"
         )
     print(line, file=out, flush=True)
+
+
+def _gib(x: int | None) -> str:
+    return "-" if x is None else f"{x / 2**30:.2f} GiB"
 
 
 def _device_info(device: str, prov: Any) -> dict[str, Any]:
@@ -490,6 +530,17 @@ def collect(
             for row in bench_point(opts, timer, cand, p, plan.differentiable[op]):
                 rows.append(row.to_json(copy_gbs))
                 _progress(progress, len(rows), plan.total_rows, rows[-1])
+    if plan.steps:
+        from ws1_workload import load_manifest
+
+        def note(line: str) -> None:
+            if progress is not None:
+                print(line, file=progress, flush=True)
+
+        model_cfg = load_manifest(None).model(opts.model)
+        for step_row in ST.run_steps(opts, timer, plan.steps, model_cfg, note):
+            rows.append(step_row.to_json(copy_gbs))
+            _progress(progress, len(rows), plan.total_rows, rows[-1])
     return {
         "kind": R.KIND,
         "schema_version": R.SCHEMA_VERSION,
@@ -512,6 +563,18 @@ def collect(
             "m": list(opts.ms) if opts.ms else None,
             "attn_seq": opts.attn_seq,
             "candidates": opts.candidates,
+            "steps": (
+                {
+                    "ops": list(dict.fromkeys(p.op for p in plan.steps)),
+                    "layers": plan.steps[0].layers,
+                    "tokens": next((p.m for p in plan.steps if p.op == "train_step"), None),
+                    "batches": [p.m for p in plan.steps if p.op == "decode_step"] or None,
+                    "cache": next((p.cache for p in plan.steps if p.op == "decode_step"), None),
+                    "stock_profile": ST.STOCK_PROFILE,
+                }
+                if plan.steps
+                else None
+            ),
         },
         "provenance": prov.to_json(),
         "ceilings": ceilings,

@@ -28,6 +28,9 @@ DECODE_FRACTION, DECODE_MIN_BATCH = 0.70, 64
 LOGP_MS, LOGP_ROWS, LOGP_VOCAB = 0.37, 4096, 151936
 # Memory-bound ops: >= 85% of the copy ceiling (GB/s, bytes read + written) at >= 8192 rows.
 COPY_FRACTION, COPY_MIN_ROWS = 0.85, 8192
+# Whole-model steps against the stock model in the same process (bench/steps.py): a training forward + backward
+# within 1.15x of stock, a rollout decode step within 1.2x (ratio >= 1 / slowdown).
+TRAIN_STEP_SLOWDOWN, DECODE_STEP_SLOWDOWN = 1.15, 1.2
 MEMORY_BOUND: Mapping[str, tuple[str, ...]] = {
     "rms_norm": ("fwd", "bwd"),
     "qk_norm": ("fwd", "bwd"),
@@ -54,6 +57,11 @@ class Target:
 
 def target_for(op: str, phase: str, m: int, dims: Mapping[str, Any]) -> Target | None:
     """The target of one row, or None."""
+    if op in ("train_step", "decode_step"):
+        slowdown = TRAIN_STEP_SLOWDOWN if op == "train_step" else DECODE_STEP_SLOWDOWN
+        return Target(
+            "ratio_min", 1.0 / slowdown, f"within {slowdown}x of stock (ratio >= {1.0 / slowdown:.3f})"
+        )
     if op in GEMM_OPS:
         if phase == "bwd":
             return Target("ratio_min", GEMM_BWD, f"ratio >= {GEMM_BWD}")
@@ -132,5 +140,17 @@ def table() -> list[dict[str, Any]]:
             "phase": "fwd, bwd (embedding: fwd)",
             "when": f"M >= {COPY_MIN_ROWS}",
             "rule": f"candidate GB/s >= {COPY_FRACTION} x copy ceiling",
+        },
+        {
+            "ops": ["train_step"],
+            "phase": "fwd+bwd",
+            "when": "any tokens",
+            "rule": f"within {TRAIN_STEP_SLOWDOWN}x of stock: ratio >= 1/{TRAIN_STEP_SLOWDOWN}",
+        },
+        {
+            "ops": ["decode_step"],
+            "phase": "fwd",
+            "when": "any batch",
+            "rule": f"within {DECODE_STEP_SLOWDOWN}x of stock: ratio >= 1/{DECODE_STEP_SLOWDOWN}",
         },
     ]
