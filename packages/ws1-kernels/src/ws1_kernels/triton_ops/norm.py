@@ -14,14 +14,6 @@ heads for qk_norm).  The block sums ``[n_blocks, D]`` then go into ``weight.main
 add per block, by ``ws1_norm_wgrad_accumulate`` (each program owns 32 columns and walks every block): the
 portable rule's semantics (sum within a block, then add it to main_grad), never a split that depends on the
 number of rows or SMs.  Pad rows get their dx from extra programs that store no block sum.
-
-The slot loop is software-pipelined (Triton's ``tl.range`` with ``num_stages``): the next slots' table entry
-and rows load while a slot computes.  For that the loop body has no branch: an empty slot (table entry -1)
-loads zeros under a mask, stores no dx (masked) and leaves the accumulator as it was
-(``tl.where(live, acc + dy*xhat, acc)``), exactly what skipping it did.  Every row's operations, operands and
-order are unchanged, and so is the register layout of the tile (the same ``[BLOCK_H, BLOCK_D]`` loads and
-warp count: Triton's TTGIR gives the same blocked layout, checked offline for both Qwen3 tiles), which fixes
-the ``tl.sum`` trees: the pipelined kernel gives the old kernel's bits (a GPU test compares the two).
 """
 
 from __future__ import annotations
@@ -42,20 +34,10 @@ from ._row_tables import block_table
 MAX_TILE = 16384  # widest [NH, D] tile one program holds in registers (Qwen3-8B: 4096 for both ops)
 ACC_COLUMNS = 32  # main_grad columns per accumulate program: one warp, one fp32 per thread, 128-byte loads
 # block sums loaded before their in-order adds: the chain of adds is sequential per column, so the loads are
-# what can overlap; 64 in flight keeps a 1024-block walk (16384 rows) at about 16 memory latencies (ptxas for
-# sm_90a, offline: 72 registers at 64 as at 32, all 64 loads issued before the adds).  Only D / 32 programs
-# run (4 for qk_norm), so this walk is a serial tail of the backward.  The unroll never changes which adds
-# happen or their order.  The interpreter uses 4 (the same adds in the same order; fewer Python-level steps).
-ACC_UNROLL = 64
+# what can overlap; 32 in flight keeps a 1024-block walk at about 32 memory latencies (not measured yet).
+# The interpreter uses 4 (the same adds in the same order; 8x fewer Python-level steps on tiny inputs).
+ACC_UNROLL = 32
 ACC_UNROLL_INTERP = 4
-# The backward's slot loop is software-pipelined by Triton (``tl.range(num_stages=3)``): the table entries and
-# x/dy rows of the next two slots are in flight (cp.async into 32 KB of shared memory) while a slot computes.
-# Without it each slot waited for its table entry, then its rows, one after the other (about 2.5 memory
-# latencies per row, 1.0-1.6 TB/s on the H200).  ``maxnreg=64`` keeps two 16-warp programs per SM (ptxas for
-# sm_90a, offline: 69 registers uncapped for rms_norm, 63 for qk_norm; one spilled value at 64).  Neither
-# changes an operation or its operands, so neither changes a bit.
-BWD_STAGES = 3
-BWD_COMPILE: dict[str, object] = {**COMPILE, "maxnreg": 64}
 
 
 @triton.jit
@@ -93,7 +75,6 @@ def ws1_norm_bwd_blocks(
     BLOCK_D: tl.constexpr,
     DO_DX: tl.constexpr,
     DO_DW: tl.constexpr,
-    STAGES: tl.constexpr,
 ):  # pragma: no cover (Triton)
     p = tl.program_id(0)
     h = tl.arange(0, BLOCK_H)[:, None]
@@ -101,26 +82,22 @@ def ws1_norm_bwd_blocks(
     tile = (h < NH) & (d < D)
     w = tl.load(W + d, mask=d < D, other=0.0).to(tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-    slots = TABLE + p.to(tl.int64) * WB
-    # a loop, not unrolled (16 copies of a 4096-wide body took 15-50 s to compile); Triton's pipeliner loads
-    # the table entry and rows of the next STAGES - 1 slots (cp.async to shared memory) while this one computes
-    for k in tl.range(0, WB, num_stages=STAGES):
-        row = tl.load(slots + k)
-        # an empty slot (-1) is a zero row: it loads, writes and adds nothing (full-shape mask: the interpreter)
-        live = tile & ((row + tl.zeros([BLOCK_H, BLOCK_D], tl.int32)) >= 0)
-        offs = row.to(tl.int64) * NH * D + h * D + d
-        x = tl.load(X + offs, mask=live, other=0.0).to(tl.float32)
-        dy = tl.load(DY + offs, mask=live, other=0.0).to(tl.float32)
-        ms = tl.div_rn(tl.sum(x * x, axis=1), d_float)
-        r = tl.div_rn(tl.full(ms.shape, 1.0, tl.float32), tl.sqrt_rn(ms + eps))[:, None]
-        xhat = x * r
-        if DO_DX:
-            g = dy * w
-            c = tl.div_rn(tl.sum(g * xhat, axis=1), d_float)[:, None]
-            dx = r * (g - xhat * c)
-            tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=live)
-        if DO_DW:
-            acc = tl.where(live, acc + dy * xhat, acc)  # slot order
+    for k in range(WB):  # a loop, not unrolled: 16 copies of a 4096-wide body took 15-50 s to compile
+        row = tl.load(TABLE + p * WB + k)
+        if row >= 0:  # an empty slot is a zero row: it adds nothing, so it is skipped
+            offs = row.to(tl.int64) * NH * D + h * D + d
+            x = tl.load(X + offs, mask=tile, other=0.0).to(tl.float32)
+            dy = tl.load(DY + offs, mask=tile, other=0.0).to(tl.float32)
+            ms = tl.div_rn(tl.sum(x * x, axis=1), d_float)
+            r = tl.div_rn(tl.full(ms.shape, 1.0, tl.float32), tl.sqrt_rn(ms + eps))[:, None]
+            xhat = x * r
+            if DO_DX:
+                g = dy * w
+                c = tl.div_rn(tl.sum(g * xhat, axis=1), d_float)[:, None]
+                dx = r * (g - xhat * c)
+                tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=tile)
+            if DO_DW:
+                acc = acc + dy * xhat  # slot order; the zero-filled tile lanes add zeros
     if DO_DW:
         bsum = tl.sum(acc, axis=0)  # [BLOCK_D]: the heads of the block (rms_norm: one)
         dd = tl.arange(0, BLOCK_D)
@@ -223,9 +200,8 @@ class _Norm(torch.autograd.Function):
                 BLOCK_D=bd,
                 DO_DX=do_dx,
                 DO_DW=do_dw,
-                STAGES=BWD_STAGES,
                 num_warps=warps,
-                **BWD_COMPILE,
+                **COMPILE,
             )
         if do_dw and table.n_blocks:
             mg = main_grad_of(weight)
