@@ -128,6 +128,8 @@ def test_cli_writes_the_result_and_exits_zero_on_pass(tmp_path, capsys):
     assert doc["finalised"] and doc["cells"] == [] and doc["chain_cells_digest"].startswith("sha256:")
     assert doc["provenance"]["git_commit"] and doc["contract"]["fingerprint"].startswith("sha256:")
     assert [(c["tier"], c["status"]) for c in doc["chain_cells"]] == [("short", "green")]
+    # the recorded command names no machine path (the out folder is a tmp dir: its absolute path must not appear)
+    assert str(tmp_path) not in doc["command"] and "--out" in doc["command"]
     # never overwritten silently
     assert main(argv) == 2
     assert "exists" in capsys.readouterr().err

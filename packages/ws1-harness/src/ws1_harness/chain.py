@@ -51,6 +51,7 @@ from ws1_harness.errors import HarnessError
 from ws1_harness.evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef, check_outside_checkout
 from ws1_harness.gate import gate
 from ws1_harness.matrix import run_arch_label
+from ws1_harness.provenance import portable_path
 from ws1_kernels import LayoutContext, registry
 from ws1_kernels.integrations import qwen3, rollout
 from ws1_workload import (
@@ -742,7 +743,7 @@ def write_result(
     header = EvidenceHeader(
         workload=WorkloadRef(wl["workload_id"], wl["fingerprint"], wl["revision"]),
         contract_fingerprint=result.contract["fingerprint"],
-        command=" ".join(shlex.quote(a) for a in (argv or ["ws1", "chain"])),
+        command=" ".join(shlex.quote(portable_path(a)) for a in (argv or ["ws1", "chain"])),
         axes=Axes.build([], [], [], [], {}),
     )
     with EvidenceWriter(path, header, allow_in_checkout=allow_in_checkout, argv=argv) as writer:
