@@ -310,3 +310,18 @@ def run_reference(ref_fn, case: Case, b: Batch, gout: torch.Tensor) -> Result:
     assert out.dtype == torch.float32
     out.backward(gout.float())
     return Result(out.detach(), {k: t.grad for k, t in rows.items()}, {k: t.grad for k, t in params.items()})
+
+
+def sequential_dot(self, a, b, d, input_precision, max_num_imprecise_acc):  # noqa: ARG001
+    """The interpreter's ``tl.dot`` as one accumulator: each k's products added in ascending k.
+
+    numpy's matmul (what the interpreter calls) may give a row other bits depending on its slot in the tile; the
+    GPU's MMA chain does not. The bitwise interpreter tests model the GPU's order with this dot.
+    """
+    from triton.runtime import interpreter as interp
+
+    acc = d.data.copy()
+    ad, bd = a.data.astype(acc.dtype), b.data.astype(acc.dtype)
+    for k in range(ad.shape[-1]):
+        acc = acc + ad[..., :, k : k + 1] * bd[..., k : k + 1, :]
+    return interp.TensorHandle(acc, d.dtype.scalar)

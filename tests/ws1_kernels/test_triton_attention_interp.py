@@ -26,7 +26,6 @@ pytest.importorskip("triton")
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes  # noqa: E402
-from triton.runtime import interpreter as interp  # noqa: E402
 
 from ws1_kernels import KernelInputError, LayoutContext, launches, reference  # noqa: E402
 from ws1_kernels.triton_ops import _launch, load_ops  # noqa: E402
@@ -70,20 +69,6 @@ def _fn(tiles: att.Tiles = TILES):
 def _packed(backward: bool):
     """The packed layout (one call), the baseline every other layout must match bit for bit."""
     return run(_fn(), _case(), BATCH, layout(BATCH, "packed"), rule=None, backward=backward)
-
-
-def _sequential_dot(self, a, b, d, input_precision, max_num_imprecise_acc):  # noqa: ARG001
-    acc = d.data.copy()
-    ad, bd = a.data.astype(acc.dtype), b.data.astype(acc.dtype)
-    for k in range(ad.shape[-1]):
-        acc = acc + ad[..., :, k : k + 1] * bd[..., k : k + 1, :]
-    return interp.TensorHandle(acc, d.dtype.scalar)
-
-
-@pytest.fixture
-def seq_dot(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``tl.dot`` = the accumulator plus each k's products in ascending k (restored after the test)."""
-    monkeypatch.setattr(interp.InterpreterBuilder, "create_dot", _sequential_dot)
 
 
 _SEQ_PACKED: dict[str, object] = {}

@@ -20,6 +20,7 @@ import torch
 pytest.importorskip("triton")
 
 import triton.language as tl  # noqa: E402
+from kernels_support import sequential_dot  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes  # noqa: E402
 from triton.runtime import interpreter as interp  # noqa: E402
 
@@ -52,20 +53,6 @@ TEST_TABLE = g.TileTable(
 )
 TEST_WGRAD = g.WgradTile(block_n=32, block_k=32, blocks_per_step=1, group_n=2)
 TABLES = g._Tables(fwd=TEST_TABLE, dx=TEST_TABLE, wgrad=TEST_WGRAD)
-
-
-def _sequential_dot(self, a, b, d, input_precision, max_num_imprecise_acc):  # noqa: ARG001
-    acc = d.data.copy()
-    ad, bd = a.data.astype(acc.dtype), b.data.astype(acc.dtype)
-    for k in range(ad.shape[-1]):
-        acc = acc + ad[..., :, k : k + 1] * bd[..., k : k + 1, :]
-    return interp.TensorHandle(acc, d.dtype.scalar)
-
-
-@pytest.fixture
-def seq_dot(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``tl.dot`` = the accumulator plus each k's products in ascending k (restored after the test)."""
-    monkeypatch.setattr(interp.InterpreterBuilder, "create_dot", _sequential_dot)
 
 
 def _data(name: str, rows: int, cols: int) -> torch.Tensor:
@@ -440,6 +427,6 @@ def test_seq_dot_model_is_row_position_independent(seq_dot) -> None:
     b = np.random.default_rng(1).standard_normal((32, 16)).astype(np.float32)
     d = interp.TensorHandle(np.zeros((16, 16), np.float32), tl.float32)
     ha, hb = interp.TensorHandle(a, tl.float32), interp.TensorHandle(b, tl.float32)
-    full = _sequential_dot(None, ha, hb, d, "ieee", 0).data
-    shifted = _sequential_dot(None, interp.TensorHandle(np.roll(a, 7, 0), tl.float32), hb, d, "ieee", 0).data
+    full = sequential_dot(None, ha, hb, d, "ieee", 0).data
+    shifted = sequential_dot(None, interp.TensorHandle(np.roll(a, 7, 0), tl.float32), hb, d, "ieee", 0).data
     assert np.array_equal(np.roll(full, 7, 0), shifted)

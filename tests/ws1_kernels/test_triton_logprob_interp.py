@@ -18,7 +18,6 @@ from kernels_support import Batch, layout, make_case, run
 pytest.importorskip("triton")
 
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes  # noqa: E402
-from triton.runtime import interpreter as interp  # noqa: E402
 
 from ws1_kernels import KernelInputError, LayoutContext, launches, reference  # noqa: E402
 from ws1_kernels.portable._blocks import wgrad_index  # noqa: E402
@@ -54,20 +53,6 @@ LIN_T = lp.LinearLogpTiles(
     wg_bh=64,
     wg_blocks_per_step=1,
 )
-
-
-def _sequential_dot(self, a, b, d, input_precision, max_num_imprecise_acc):  # noqa: ARG001
-    acc = d.data.copy()
-    ad, bd = a.data.astype(acc.dtype), b.data.astype(acc.dtype)
-    for k in range(ad.shape[-1]):
-        acc = acc + ad[..., :, k : k + 1] * bd[..., k : k + 1, :]
-    return interp.TensorHandle(acc, d.dtype.scalar)
-
-
-@pytest.fixture
-def seq_dot(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``tl.dot`` = the accumulator plus each k's products in ascending k (restored after the test)."""
-    monkeypatch.setattr(interp.InterpreterBuilder, "create_dot", _sequential_dot)
 
 
 def _gen(seed: int) -> torch.Generator:
