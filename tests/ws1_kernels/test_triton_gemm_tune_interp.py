@@ -18,7 +18,6 @@ import pytest
 
 pytest.importorskip("triton")
 
-from triton.runtime import interpreter as interp  # noqa: E402
 
 from ws1_kernels.triton_ops import _launch  # noqa: E402
 from ws1_kernels.triton_ops import gemm as g  # noqa: E402
@@ -35,14 +34,6 @@ def _tune():
     sys.modules[spec.name] = mod  # dataclasses resolve their module
     spec.loader.exec_module(mod)
     return mod
-
-
-def _sequential_dot(self, a, b, d, input_precision, max_num_imprecise_acc):  # noqa: ARG001
-    acc = d.data.copy()
-    ad, bd = a.data.astype(acc.dtype), b.data.astype(acc.dtype)
-    for k in range(ad.shape[-1]):
-        acc = acc + ad[..., :, k : k + 1] * bd[..., k : k + 1, :]
-    return interp.TensorHandle(acc, d.dtype.scalar)
 
 
 def test_h200_case_list_covers_every_shape_and_keeps_block_k() -> None:
@@ -64,13 +55,10 @@ def test_h200_case_list_covers_every_shape_and_keeps_block_k() -> None:
 
 @pytest.mark.interp
 @pytest.mark.skipif(not _launch.interpreting(), reason="--smoke runs the kernels under TRITON_INTERPRET=1")
-def test_smoke_bits_check_flags_and_excludes_a_perturbed_config(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_smoke_bits_check_flags_and_excludes_a_perturbed_config(seq_dot: None, tmp_path: Path) -> None:
     """Negative control: the planted config (one bit flipped) is reported as different and never chosen, the
     run exits 1, and it is the only alternative the check reports (the real tile alternatives keep the bits
     under the sequential dot)."""
-    monkeypatch.setattr(interp.InterpreterBuilder, "create_dot", _sequential_dot)
     tune = _tune()
     out = tmp_path / "tune.json"
     assert tune.main(["--smoke", "--plant-perturbed", "--out", str(out)]) == 1
