@@ -5,25 +5,17 @@ Fix a failure with `python ci/sync_package_data.py`.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from repo_scripts import load_repo_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load_sync() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "ws1_ci_sync_package_data", ROOT / "ci" / "sync_package_data.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look the module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_script("ci/sync_package_data.py", "ws1_ci_sync_package_data")
 
 
 SYNC = _load_sync()

@@ -6,12 +6,12 @@ the contract writer: a run short of the contract's rule for a calibrated record 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+from repo_scripts import load_repo_script
 
 pytest.importorskip("transformers")
 
@@ -21,13 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location(
-        "calibrate_chain_under_test", ROOT / "ci" / "calibrate_chain.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_repo_script("ci/calibrate_chain.py", "calibrate_chain_under_test")
 
 
 CAL = _script()

@@ -6,13 +6,13 @@ nox's does) and whose `install` fails the test: nothing is installed and no subp
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from repo_scripts import load_repo_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,11 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def noxfile() -> ModuleType:
     pytest.importorskip("nox")
-    spec = importlib.util.spec_from_file_location("ws1_noxfile_under_test", ROOT / "noxfile.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_script("noxfile.py", "ws1_noxfile_under_test")
 
 
 class SessionError(Exception):

@@ -9,12 +9,11 @@ configuration per case whose output has one bit flipped: it must be reported and
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from repo_scripts import load_repo_script
 
 pytest.importorskip("triton")
 
@@ -26,14 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tune():
-    spec = importlib.util.spec_from_file_location(
-        "ws1_tune_kernels_under_test", ROOT / "ci" / "tune_kernels.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses resolve their module
-    spec.loader.exec_module(mod)
-    return mod
+    return load_repo_script("ci/tune_kernels.py", "ws1_tune_kernels_under_test")
 
 
 def test_h200_case_list_covers_every_shape_and_keeps_block_k() -> None:

@@ -1,0 +1,20 @@
+"""Load a file of this repository that is not in any package (a `ci/` script, the noxfile) as a module."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_repo_script(relative: str, name: str) -> ModuleType:
+    """Execute `ROOT / relative` as module `name`, registered in `sys.modules` (dataclasses look it up there)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
+    assert spec is not None and spec.loader is not None, relative
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
