@@ -75,9 +75,12 @@ def measure(
     tiers: list[str] | None,
     seeds: int,
     device: str | None,
+    checkpoint: Any = None,
 ) -> dict[str, Any]:
-    """Every (profile, seed, tier) run's figures, pooled per aggregate."""
-    from ws1_harness.chain import Chain, ChainSettings, gradient_figures
+    """Every (profile, seed, tier) run's figures, pooled per aggregate. ``checkpoint(partial)`` is called after
+    each run with what is measured so far (a 36-layer run takes minutes: a run cut by a time limit keeps its
+    finished seeds)."""
+    from ws1_harness.chain import Chain, ChainSettings, gradient_figures, on_host
     from ws1_kernels.integrations import rollout
 
     pooled: dict[str, list[float]] = {k: [] for k in (*LOGPROB, *GRADIENT)}
@@ -114,13 +117,14 @@ def measure(
                 acc = chain.aggregates(packed.logprobs, ref_lp, fx, bitwise=False)
                 if "max_abs_dlogp" not in acc:
                     raise SystemExit(f"calibrate_chain: {profile} seed {seed} {tier}: {acc.get('why')}")
+                packed = on_host(packed)  # 36 layers: the fp32 reference and its gradients need the room
                 ref_run = chain.train(chain.reference_model(), fx, chain.training[0], up)
                 grads: dict[str, dict[str, Any]] = {}
                 for name, g in packed.grads.items():
                     r = ref_run.grads.get(name)
                     if g is None or r is None:
                         raise SystemExit(f"calibrate_chain: {profile} {name}: no gradient arrived")
-                    fig = gradient_figures(g, r)
+                    fig = gradient_figures(g.to(r.device), r)
                     if not fig["finite"] or fig["rel_l2"] is None or fig["rel_max_abs"] is None:
                         raise SystemExit(f"calibrate_chain: {profile} {name}: {fig.get('why', 'no figure')}")
                     grads[name] = {"grad_rel_l2": fig["rel_l2"], "grad_rel_max_abs": fig["rel_max_abs"]}
@@ -149,6 +153,19 @@ def measure(
                     f"calibrate {profile} seed {seed} {tier}: max|d| {acc['max_abs_dlogp']:.3g}, kl0 "
                     f"{acc['approx_kl0']:.3g}, worst grad rel_l2 {grads[worst]['grad_rel_l2']:.3g} ({worst})"
                 )
+                if checkpoint is not None:
+                    done = seed + 1 if tier == chain.tiers[-1] else seed
+                    checkpoint(
+                        {
+                            "pooled": pooled,
+                            "runs": runs,
+                            "active_tokens": tokens,
+                            "layers": chain.cfg.num_layers,
+                            "tiers": list(chain.tiers),
+                            "device": chain.device_record(),
+                            "seeds_done": done if profile == profiles[0] else seeds,
+                        }
+                    )
         del net
     assert first is not None
     return {
@@ -231,6 +248,37 @@ def combine(files: list[Path], contract: Path) -> int:
     return 0
 
 
+def record_of(args: argparse.Namespace, m: dict[str, Any], seeds: int, start: float) -> dict[str, Any]:
+    """The calibration file's record of what ``measure`` returned (or has so far)."""
+    import torch
+
+    command = (
+        "python ci/calibrate_chain.py "
+        + " ".join(f"--profile {p}" for p in args.profiles)
+        + f" --model {args.model} --layers {m['layers']} "
+        + " ".join(f"--tier {t}" for t in m["tiers"])
+        + f" --seeds {args.seeds}"
+        + (f" --device {args.device}" if args.device else "")
+    )
+    return {
+        "command": command,
+        "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__,
+        "device": m["device"],
+        "model": args.model,
+        "layers": m["layers"],
+        "tiers": m["tiers"],
+        "profiles": args.profiles,
+        "seeds": seeds,
+        "active_tokens": m["active_tokens"],
+        "rule": f"threshold = {MULTIPLE:g} x max over profiles, seeds, tiers (and parameters), 2 digits, rounded "
+        "up, at most 1",
+        "summary": summarise(m["pooled"]),
+        "wall_s": round(time.perf_counter() - start, 1),
+        "runs": m["runs"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--combine"]:
@@ -262,41 +310,25 @@ def main(argv: list[str] | None = None) -> int:
     from ws1_harness.errors import HarnessError
 
     start = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    partial = args.out / "chain-calibration.partial.json"
+
+    def checkpoint(m: dict[str, Any]) -> None:
+        """What is measured so far, seeds counted only when finished for the first profile, marked partial;
+        `--combine` accepts it like a full file (the contract's seeds and tokens rule still applies)."""
+        rec = record_of(args, m, m["seeds_done"], start)
+        rec["partial"] = True
+        partial.write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
+
     try:
-        m = measure(args.profiles, args.model, args.layers, args.tiers, args.seeds, args.device)
+        m = measure(args.profiles, args.model, args.layers, args.tiers, args.seeds, args.device, checkpoint)
     except HarnessError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    summary = summarise(m["pooled"])
-    command = (
-        "python ci/calibrate_chain.py "
-        + " ".join(f"--profile {p}" for p in args.profiles)
-        + f" --model {args.model} --layers {m['layers']} "
-        + " ".join(f"--tier {t}" for t in m["tiers"])
-        + f" --seeds {args.seeds}"
-        + (f" --device {args.device}" if args.device else "")
-    )
-    import torch
-
-    record = {
-        "command": command,
-        "date": datetime.date.today().isoformat(),
-        "torch": torch.__version__,
-        "device": m["device"],
-        "model": args.model,
-        "layers": m["layers"],
-        "tiers": m["tiers"],
-        "profiles": args.profiles,
-        "seeds": args.seeds,
-        "active_tokens": m["active_tokens"],
-        "rule": f"threshold = {MULTIPLE:g} x max over profiles, seeds, tiers (and parameters), 2 digits, rounded "
-        "up, at most 1",
-        "summary": summary,
-        "wall_s": round(time.perf_counter() - start, 1),
-        "runs": m["runs"],
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
+    record = record_of(args, m, args.seeds, start)
+    summary, command = record["summary"], record["command"]
     target.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    partial.unlink(missing_ok=True)
     print(
         f"calibrate_chain: wrote {target} ({m['active_tokens']} active tokens, {args.seeds} seeds)",
         file=sys.stderr,

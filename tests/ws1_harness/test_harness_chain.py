@@ -147,3 +147,19 @@ def test_cli_bad_input_exits_two_with_one_line(tmp_path, capsys, extra, message)
     assert main(["chain", "--profile", "portable_cpu", "--out", str(tmp_path), *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_on_host_moves_every_gradient_with_its_bits_and_keeps_absent_ones():
+    """The 36-layer run moves the packed layout's gradients off the device before the fp32 reference: the
+    figures computed afterwards must see the same bits, and an absent gradient must stay absent (it fails)."""
+    from ws1_harness.chain import TrainRun, gradient_figures, on_host
+
+    g = torch.tensor([1.0, -0.0, 3.5e-8, float("nan")])
+    run = TrainRun("packed", torch.zeros(2), {"w": g, "missing": None})
+    moved = on_host(run)
+    assert moved.grads["missing"] is None
+    assert moved.grads["w"].device.type == "cpu"
+    assert torch.equal(moved.grads["w"].view(torch.int32), g.view(torch.int32))
+    assert moved.logprobs is run.logprobs and moved.layout == "packed"
+    # a negative control: the moved gradient is judged, not skipped: its NaN still makes it non-finite
+    assert gradient_figures(moved.grads["w"], torch.ones(4))["finite"] is False

@@ -199,7 +199,6 @@ class Chain:
         # never written: a build only wraps them in parameters)
         self.device_weights = {k: v.to(self.device) for k, v in self.weights.items()}
         self.hf_config = qwen3.qwen3_config(self.cfg)
-        self._reference: nn.Module | None = None
         n = sum(v.numel() for v in self.weights.values())
         self.progress.line(f"weights ready ({n / 1e9:.2f} G parameters)")
 
@@ -234,12 +233,13 @@ class Chain:
         )
 
     def reference_model(self) -> nn.Module:
-        """The same drop-in on ws1_kernels.reference, fp32 weights, TF32 off: the gold side of the gradients."""
-        if self._reference is None:
-            self._reference = qwen3.build_model(
-                self.hf_config, self.device_weights, qwen3.REFERENCE_PROFILE, device=self.device
-            )
-        return self._reference
+        """The same drop-in on ws1_kernels.reference, fp32 weights, TF32 off: the gold side of the gradients.
+
+        Built afresh on each call and not kept: at 36 layers its fp32 weights are 33 GB, as large as a layout's
+        gradients, and holding it across tiers would not leave room for two layouts' gradients beside it."""
+        return qwen3.build_model(
+            self.hf_config, self.device_weights, qwen3.REFERENCE_PROFILE, device=self.device
+        )
 
     def op_class(self, operator: str) -> str:
         oc = self.manifest.operators[operator].op_class
@@ -463,6 +463,7 @@ class Chain:
         )
 
         say(f"{tier}: fp32 reference drop-in, forward and backward")
+        packed = on_host(packed)  # room for the fp32 model and its gradients (36 layers: 33 GB each)
         ref_run = self.train(self.reference_model(), fx, self.training[0], upstream)
         grad_detail, grad_failed = self._grad_accuracy(model, packed, ref_run)
         ref_agree = (ref_run.logprobs - ref_lp)[fx.scored].abs().max()
@@ -557,7 +558,7 @@ class Chain:
             if got is None or want is None:
                 row.update(passed=False, why="no gradient arrived")
             else:
-                row.update(gradient_figures(got, want))
+                row.update(gradient_figures(got.to(want.device), want))
                 row["passed"] = gradient_within(row, th.grad_rel_l2, th.grad_rel_max_abs)
             detail[name] = row
             if not row["passed"]:
@@ -634,6 +635,16 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     width = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
     return bool(torch.equal(a.contiguous().view(width), b.contiguous().view(width)))
+
+
+def on_host(run: TrainRun) -> TrainRun:
+    """The run with its gradients moved to host memory, freeing the device for the fp32 reference drop-in.
+
+    At full widths and 36 layers the bf16 weights (16 GB), one layout's fp32 gradients (33 GB), the reference's
+    fp32 weights and gradients (33 GB each) and its activations do not fit in one H200 together. The figures
+    are computed afterwards one parameter at a time on the device (``gradient_figures(g.to(dev), ref)``)."""
+    grads = {k: (None if g is None else g.detach().to("cpu")) for k, g in run.grads.items()}
+    return dataclasses.replace(run, grads=grads)
 
 
 def gradient_figures(got: torch.Tensor, want: torch.Tensor) -> dict[str, Any]:
