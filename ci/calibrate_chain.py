@@ -80,8 +80,8 @@ def measure(
     """Every (profile, seed, tier) run's figures, pooled per aggregate. ``checkpoint(partial)`` is called after
     each run with what is measured so far (a 36-layer run takes minutes: a run cut by a time limit keeps its
     finished seeds)."""
-    from ws1_harness.chain import Chain, ChainSettings, gradient_figures, on_host
-    from ws1_kernels.integrations import rollout
+    from ws1_harness.chain import Chain, ChainSettings, gradient_figures, on_host, release_device_memory
+    from ws1_kernels.integrations import qwen3, rollout
 
     pooled: dict[str, list[float]] = {k: [] for k in (*LOGPROB, *GRADIENT)}
     runs: list[dict[str, Any]] = []
@@ -118,6 +118,7 @@ def measure(
                 if "max_abs_dlogp" not in acc:
                     raise SystemExit(f"calibrate_chain: {profile} seed {seed} {tier}: {acc.get('why')}")
                 packed = on_host(packed)  # 36 layers: the fp32 reference and its gradients need the room
+                qwen3.drop_param_grads(net)
                 ref_run = chain.train(chain.reference_model(), fx, chain.training[0], up)
                 grads: dict[str, dict[str, Any]] = {}
                 for name, g in packed.grads.items():
@@ -131,6 +132,7 @@ def measure(
                     pooled["grad_rel_l2"].append(fig["rel_l2"])
                     pooled["grad_rel_max_abs"].append(fig["rel_max_abs"])
                 del packed, ref_run
+                release_device_memory()
                 for k in LOGPROB:
                     pooled[k].append(float(acc[k]))
                 if profile == profiles[0]:

@@ -547,6 +547,16 @@ def zero_param_grads(model: nn.Module) -> None:
             p.main_grad = torch.zeros(p.shape, dtype=torch.float32, device=p.device)  # type: ignore[attr-defined]
 
 
+def drop_param_grads(model: nn.Module) -> None:
+    """Detach every gradient buffer from the parameters (``grad`` and ``main_grad``), so that the memory goes
+    once no other reference holds it: a caller that moved a layout's gradients elsewhere frees the device
+    copy (at 36 layers 33 GB of fp32 ``main_grad``). The next layout starts with ``zero_param_grads``."""
+    for _name, p, _op in _param_owners(model):
+        p.grad = None
+        if hasattr(p, "main_grad"):
+            del p.main_grad
+
+
 def param_grads(model: nn.Module) -> dict[str, torch.Tensor | None]:
     """Every parameter gradient where its candidate's rule leaves it (``main_grad`` or ``grad``), never
     re-summed; None where nothing arrived."""
