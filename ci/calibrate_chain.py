@@ -17,13 +17,19 @@ per parameter gradient `grad_rel_l2 = norm2(g - g_ref) / norm2(g_ref)` and `grad
 max|g_ref|` against the fp32 reference drop-in (one value per run and parameter). No op watch, no other layouts:
 parity and invariance are bitwise judgments with nothing to calibrate.
 
-The rule (stated, not fitted): each threshold = `MULTIPLE` (4) x the largest value measured (all profiles, seeds,
-tiers and parameters pooled), two significant digits rounded up, at most 1 (the contract's range); the
-distribution (median, P99, max) and the active-token count are recorded beside it. `--write-contract` replaces
+The rule (stated, not fitted): each threshold = a multiple of the largest value measured (all profiles, seeds,
+tiers and parameters pooled), two significant digits rounded up, at most 1 (the contract's range). The multiple is
+4 for the three logprob aggregates, which give one value per run (a handful in all, so the largest seen is far
+from the tail), and 2 for the two gradient figures, which give one value per run and parameter (1596 at 36 layers
+and four seeds, so the largest seen already is the tail); a wider gradient bound would pass a parameter gradient
+10 % off, which a correct 36-layer chain never comes near (largest 4.9 %). max_abs_dlogp is then capped at the
+largest |d| the contract's clip interval allows (``clip_cap``). The distribution (median, P99, max) and the
+active-token count are recorded beside each threshold. `--write-contract` replaces
 `chain.thresholds.bf16` with the figures and a calibration record (the command, device, seeds, active tokens) and
 refuses, exit 2, when the run is short of the contract's rule for a `calibrated` record (>= 4096 active tokens,
 >= 3 seeds); the written contract is validated (schema and semantics) before the file is replaced. `--combine`
-writes the loosest figure of several calibration files (each device's correct chains must stay green).
+recomputes each threshold from the largest value measured in several calibration files (each device's correct
+chains must stay green).
 Progress goes to stderr; the JSON to `<out>/chain-calibration.json`.
 """
 
@@ -38,7 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-MULTIPLE = 4.0
+MULTIPLE = 4.0  # the logprob aggregates: one value per run
+GRADIENT_MULTIPLE = 2.0  # the gradient figures: one value per run and parameter (docstring)
 LOGPROB = ("max_abs_dlogp", "approx_kl0", "clipfrac0")
 GRADIENT = ("grad_rel_l2", "grad_rel_max_abs")
 DTYPE = "bf16"
@@ -64,8 +71,16 @@ def distribution(values: list[float]) -> dict[str, Any]:
     return {"n": len(v), "median": rank(50), "p99": rank(99), "max": v[-1]}
 
 
-def threshold(values: list[float]) -> float:
-    return min(1.0, _round_up(MULTIPLE * max(values))) if values else 0.0
+def multiple(key: str) -> float:
+    return GRADIENT_MULTIPLE if key in GRADIENT else MULTIPLE
+
+
+def threshold(values: list[float], key: str = "max_abs_dlogp") -> float:
+    return threshold_of_max(max(values), key) if values else 0.0
+
+
+def threshold_of_max(largest: float, key: str) -> float:
+    return min(1.0, _round_up(multiple(key) * largest))
 
 
 def measure(
@@ -182,7 +197,8 @@ def measure(
 
 def summarise(pooled: dict[str, list[float]]) -> dict[str, Any]:
     return {
-        k: {**distribution(v), "multiple": MULTIPLE, "threshold": threshold(v)} for k, v in pooled.items()
+        k: {**distribution(v), "multiple": multiple(k), "threshold": threshold(v, k)}
+        for k, v in pooled.items()
     }
 
 
@@ -197,12 +213,53 @@ def _check_bounds(thresholds: dict[str, float]) -> list[str]:
     return out
 
 
+def _round_down(x: float) -> float:
+    """Two significant digits, rounded down (a cap never above the bound it stands for)."""
+    scale = 10 ** (math.floor(math.log10(x)) - 1)
+    return float(f"{math.floor(x / scale + 1e-9) * scale:.2g}")
+
+
+def clip_cap(doc: dict[str, Any]) -> float:
+    """The largest |d| that keeps exp(d) inside the contract's clip interval, two digits rounded down.
+
+    A max_abs_dlogp bound above it would admit a token whose ratio leaves the interval, which clipfrac0 (0 for a
+    correct bf16 chain) rejects anyway: the two thresholds would say different things about one token."""
+    clip = doc["chain"]["clip_interval"]
+    return _round_down(min(math.log(float(clip["high"])), -math.log(float(clip["low"]))))
+
+
 def write_contract(
-    path: Path, thresholds: dict[str, float], source: str, date: str, tokens: int, seeds: int
+    path: Path,
+    thresholds: dict[str, float],
+    source: str,
+    date: str,
+    tokens: int,
+    seeds: int,
+    measured_max: float | None = None,
 ) -> None:
-    """Replace chain.thresholds.bf16 by calibrated figures; validated before the file is replaced."""
+    """Replace chain.thresholds.bf16 by calibrated figures; validated before the file is replaced.
+
+    max_abs_dlogp is capped at ``clip_cap`` (the cap is said in the record's source); a run whose largest
+    measured |d| is already above the cap is refused: correct chains would then clip, and no threshold here
+    could hold both the rule and the clip interval."""
     from ws1_contract import Contract, ContractError
     from ws1_contract import vocabulary as v
+
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    cap = clip_cap(doc)
+    if measured_max is not None and measured_max > cap:
+        print(
+            f"calibrate_chain: --write-contract: a correct chain measured max |d| {measured_max:.3g}, above "
+            f"{cap:g}, the largest |d| the clip interval allows; contract unchanged",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    if thresholds["max_abs_dlogp"] > cap:
+        thresholds = {**thresholds, "max_abs_dlogp": cap}
+        source += (
+            f"; max_abs_dlogp capped at {cap:g} (ln of the clip interval's bound, 2 digits rounded down): "
+            f"the rule's figure would admit ratios that clipfrac0 rejects"
+        )
 
     if tokens < v.MIN_CALIBRATION_TOKENS or seeds < v.MIN_CALIBRATION_SEEDS:
         print(
@@ -211,7 +268,6 @@ def write_contract(
             file=sys.stderr,
         )
         raise SystemExit(2)
-    doc = json.loads(path.read_text(encoding="utf-8"))
     entry = doc["chain"]["thresholds"][DTYPE]
     for k in (*LOGPROB, *GRADIENT):
         entry[k] = thresholds[k]
@@ -237,16 +293,21 @@ def write_contract(
 def combine(files: list[Path], contract: Path) -> int:
     """The loosest figure per threshold over several calibration files (one per device or model)."""
     runs = [(f, json.loads(f.read_text(encoding="utf-8"))) for f in files]
-    th = {k: max(r["summary"][k]["threshold"] for _, r in runs) for k in (*LOGPROB, *GRADIENT)}
+    # from the largest value measured, under this script's rule (a file written under an older rule is re-derived)
+    th = {k: threshold_of_max(max(r["summary"][k]["max"] for _, r in runs), k) for k in (*LOGPROB, *GRADIENT)}
     tokens = sum(r["active_tokens"] for _, r in runs)
     seeds = max(r["seeds"] for _, r in runs)
     source = "; ".join(f"{r['command']} -> {f.as_posix()} ({r['device']['name']})" for f, r in runs)
-    source += f"; per threshold the largest of these files, each {MULTIPLE:g} x the largest measured value"
+    source += (
+        f"; per threshold the largest value measured in these files x {MULTIPLE:g} (logprob aggregates) or "
+        f"x {GRADIENT_MULTIPLE:g} (gradient figures), 2 digits rounded up"
+    )
     for k, val in th.items():
         print(f"{k:18} {val:g}")
     for problem in _check_bounds(th):
         print(f"calibrate_chain: warning: {problem}", file=sys.stderr)
-    write_contract(contract, th, source, max(r["date"] for _, r in runs), tokens, seeds)
+    worst = max(r["summary"]["max_abs_dlogp"].get("max") or 0.0 for _, r in runs)
+    write_contract(contract, th, source, max(r["date"] for _, r in runs), tokens, seeds, worst)
     return 0
 
 
@@ -273,8 +334,8 @@ def record_of(args: argparse.Namespace, m: dict[str, Any], seeds: int, start: fl
         "profiles": args.profiles,
         "seeds": seeds,
         "active_tokens": m["active_tokens"],
-        "rule": f"threshold = {MULTIPLE:g} x max over profiles, seeds, tiers (and parameters), 2 digits, rounded "
-        "up, at most 1",
+        "rule": f"threshold = {MULTIPLE:g} (logprob aggregates) or {GRADIENT_MULTIPLE:g} (gradient figures) x max "
+        "over profiles, seeds, tiers (and parameters), 2 digits, rounded up, at most 1",
         "summary": summarise(m["pooled"]),
         "wall_s": round(time.perf_counter() - start, 1),
         "runs": m["runs"],
@@ -345,7 +406,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"calibrate_chain: warning: {problem}", file=sys.stderr)
     if args.write_contract is not None:
         source = f"{command} -> {target.as_posix()} ({m['device']['name']}, {args.model} L{m['layers']})"
-        write_contract(args.write_contract, th, source, record["date"], m["active_tokens"], args.seeds)
+        write_contract(
+            args.write_contract,
+            th,
+            source,
+            record["date"],
+            m["active_tokens"],
+            args.seeds,
+            summary["max_abs_dlogp"]["max"],
+        )
     return 0
 
 

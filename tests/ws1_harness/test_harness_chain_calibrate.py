@@ -50,7 +50,7 @@ def test_measurement_records_every_aggregate_and_parameter(tmp_path):
     summary = CAL.summarise(m["pooled"])
     for key, entry in summary.items():
         assert entry["median"] <= entry["p99"] <= entry["max"], key
-        assert entry["threshold"] >= min(1.0, CAL.MULTIPLE * entry["max"]), key
+        assert entry["threshold"] >= min(1.0, CAL.multiple(key) * entry["max"]), key
 
 
 def test_write_contract_calibrates_with_enough_tokens_and_seeds(contract_copy):
@@ -87,10 +87,31 @@ def test_combine_takes_the_loosest_figure(tmp_path, contract_copy):
             "device": {"name": f"dev{i}"},
             "active_tokens": 2500,
             "seeds": 4,
-            "summary": {k: {"threshold": v * scale} for k, v in FIGURES.items()},
+            "summary": {k: {"max": v * scale / CAL.multiple(k)} for k, v in FIGURES.items()},
         }
         files.append(tmp_path / f"c{i}.json")
         files[-1].write_text(json.dumps(doc))
     assert CAL.combine(files, contract_copy) == 0
     th = load_contract(contract_copy).aggregates("bf16")
     assert th.grad_rel_l2 == 0.06 and th.calibration.active_tokens == 5000
+
+
+def test_write_contract_caps_max_abs_dlogp_at_the_clip_interval(contract_copy):
+    """4x the measured figure may exceed ln(1.2): the bound is capped there (and says so), never written above."""
+    CAL.write_contract(contract_copy, {**FIGURES, "max_abs_dlogp": 0.26}, "src", "2026-12-03", 5000, 4, 0.064)
+    th = load_contract(contract_copy).aggregates("bf16")
+    assert th.max_abs_dlogp == 0.18 and "capped at 0.18" in th.calibration.source
+
+
+def test_write_contract_refuses_a_correct_chain_that_already_clips(contract_copy, capsys):
+    before = contract_copy.read_bytes()
+    with pytest.raises(SystemExit) as exc:
+        CAL.write_contract(contract_copy, {**FIGURES, "max_abs_dlogp": 0.9}, "s", "2026-12-03", 5000, 4, 0.2)
+    assert exc.value.code == 2 and "clip interval allows" in capsys.readouterr().err
+    assert contract_copy.read_bytes() == before
+
+
+def test_gradient_figures_take_the_smaller_multiple():
+    """One value per run and parameter: twice the largest, so a gradient 10 % off stays above the bound."""
+    assert CAL.threshold([0.0488], "grad_rel_l2") == 0.098 < 0.1
+    assert CAL.threshold([0.0488], "max_abs_dlogp") == 0.2
