@@ -17,7 +17,7 @@ import pytest
 
 from ws1_harness.cells import Cell, CellKey, ExpectedCell, LayoutResult, check_record, expected_cells
 from ws1_harness.evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef
-from ws1_harness.inventory import DIRECT_ITEMS
+from ws1_harness.inventory import DIRECT_ITEMS, node_verdicts
 from ws1_harness.rejudge import shipped_reference
 
 JUDGMENTS = ("forward_accuracy", "forward_invariance", "gradient_accuracy", "gradient_invariance")
@@ -143,6 +143,12 @@ def write_synth(
                 }
                 for profile in synth.profiles
                 for item in DIRECT_ITEMS
+            ]
+            # the chain-node items are what the cells say, as the matrix writer derives them (the gate checks it)
+            + [
+                {"profile": profile, **verdict.to_json()}
+                for profile in synth.profiles
+                for verdict in node_verdicts(writer.cells, profile).values()
             ]
         )
     if finalise:

@@ -242,3 +242,50 @@ def test_gate_rederives_node_items_from_cells(factory, monkeypatch) -> None:
     result = gate(writer.path)
     codes = sorted(p.code for p in result.problems)
     assert codes == ["inventory_open", "red"]
+
+
+def _node_entry(doc, item: str = "silu") -> dict:
+    return next(e for e in doc["inventory"] if e["item"] == item)
+
+
+def test_a_deleted_node_inventory_entry_is_red(factory) -> None:
+    """The cells carry a digest and the inventory does not: a node item's entry must be the one its cells give,
+    so deleting it (the gate would otherwise re-derive it and pass) is red."""
+    writer, _ = factory.write("delnode")
+    doc = json.loads(writer.path.read_text())
+    assert gate(doc).exit_code == EXIT_PASS  # the control: as written
+    doc["inventory"].remove(_node_entry(doc))
+    result = gate(doc)
+    assert result.exit_code == EXIT_RED and _codes(result) == {"inventory_mismatch"}
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda e: e.update(profile="other_profile"), id="moved-to-another-profile"),
+        pytest.param(lambda e: e.update(verdict="fail"), id="verdict"),
+        pytest.param(lambda e: e.update(detail="edited"), id="detail"),
+    ],
+)
+def test_an_edited_node_inventory_entry_is_red(factory, edit) -> None:
+    writer, _ = factory.write("editnode")
+    doc = json.loads(writer.path.read_text())
+    edit(_node_entry(doc))
+    result = gate(doc)
+    assert result.exit_code == EXIT_RED and "inventory_mismatch" in _codes(result)
+
+
+def test_a_stored_pass_over_a_red_node_cell_is_red_twice(factory, monkeypatch) -> None:
+    """A node entry rewritten to `pass` over a red cell: the stored entry contradicts the cells, and the derived
+    verdict is open."""
+    from ws1_harness.cells import CellKey
+
+    spec = {"op_class": "elementwise", "differentiable": True, "optional": False, "layout_only": False}
+    monkeypatch.setitem(factory.operator_specs, "rope", spec)
+    key = CellKey("portable_cpu", "rope", "short", "gradient_invariance")
+    synth = factory.Synth(operators=("rms_norm", "rope"), overrides={key: ("red", "bits_differ")})
+    writer, _ = factory.write("passoverred", synth)
+    doc = json.loads(writer.path.read_text())
+    _node_entry(doc, "rope").update(verdict="pass", detail="4 cells green")
+    codes = sorted(p.code for p in gate(doc).problems)
+    assert codes == ["inventory_mismatch", "inventory_open", "red"]

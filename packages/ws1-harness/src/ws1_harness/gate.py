@@ -183,18 +183,41 @@ def _judge_cell(raw: Mapping[str, Any], exp: ExpectedCell, allow_pending_arch: b
 def _inventory_problems(doc: Mapping[str, Any]) -> list[Problem]:
     """Inventory: every profile on the axes needs every item, each with verdict `pass`; anything else is open.
 
-    Items that are chain nodes are re-derived from the cells here, so a stored `pass` cannot outvote a red cell.
+    Items that are chain nodes are re-derived from the cells here, so a stored `pass` cannot outvote a red cell;
+    and the stored entry of a node item must be exactly the derived one (the writer and `ws1 merge` derive it from
+    the same cells), so an entry edited, moved to another profile or deleted is red `inventory_mismatch`: the cells
+    are covered by their digest, the inventory by this re-derivation.
     """
     problems: list[Problem] = []
     stored = {(i["profile"], i["item"]): i for i in doc.get("inventory", [])}
+    known = {(p, item) for p in doc["axes"]["profiles"] for item in _inventory.ITEMS}
+    for profile, item in sorted(set(stored) - known):
+        problems.append(
+            Problem(
+                "red",
+                "inventory_mismatch",
+                f"inventory {profile}/{item}: an entry for a profile or item the run does not have",
+            )
+        )
     for profile in doc["axes"]["profiles"]:
         derived = _inventory.node_verdicts(doc["cells"], profile)
         for item in _inventory.ITEMS:
             entry: Mapping[str, Any] | None = stored.get((profile, item))
             if item in _inventory.NODE_ITEMS:
+                want = {"profile": profile, **derived[item].to_json()}
+                if entry != want:
+                    problems.append(
+                        Problem(
+                            "red",
+                            "inventory_mismatch",
+                            f"inventory {profile}/{item}: the stored entry is not what the cells say "
+                            f"({'absent' if entry is None else entry.get('verdict')} stored, "
+                            f"{want['verdict']} derived)",
+                        )
+                    )
                 if item not in doc["axes"]["operators"]:
                     continue  # a run restricted to other operators: the node's own cells are not on the axes
-                entry = derived[item].to_json()
+                entry = want
             if entry is None:
                 problems.append(
                     Problem("red", "inventory_missing", f"inventory {profile}/{item}: no verdict")

@@ -32,6 +32,7 @@ from ws1_harness.evidence import (
     utc_now,
     validate_evidence,
 )
+from ws1_harness.inventory import node_verdicts
 from ws1_harness.provenance import collect_provenance
 
 
@@ -122,8 +123,15 @@ def merge(
             if key2 not in inventory or item["verdict"] != "pass":
                 inventory[key2] = dict(item)
 
+    profiles = _union([d["axes"]["profiles"] for _, d in named])
+    # The chain-node items are verdicts of the merged cells, derived again here as the gate derives them (a
+    # shard that ran other operators says `not_run` for a node another shard ran green).
+    for profile in profiles:
+        for item, verdict in node_verdicts(cells, profile).items():
+            inventory[(profile, item)] = {"profile": profile, **verdict.to_json()}
+
     axes = {
-        "profiles": _union([d["axes"]["profiles"] for _, d in named]),
+        "profiles": profiles,
         "operators": _union([d["axes"]["operators"] for _, d in named]),
         "tiers": _union([d["axes"]["tiers"] for _, d in named]),
         "judgments": _union([d["axes"]["judgments"] for _, d in named]),
