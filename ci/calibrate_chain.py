@@ -207,7 +207,9 @@ def _check_bounds(thresholds: dict[str, float]) -> list[str]:
     out = []
     m = thresholds["max_abs_dlogp"]
     if math.exp(m) > 1.2 or math.exp(-m) < 0.8:
-        out.append(f"max_abs_dlogp {m} lets a ratio leave the clip interval [0.8, 1.2]")
+        out.append(
+            f"max_abs_dlogp {m} by the rule lets a ratio leave the clip interval [0.8, 1.2] (--write-contract caps it)"
+        )
     if thresholds["approx_kl0"] <= 0:
         out.append("approx_kl0 measured 0: a zero threshold accepts only identical logprobs")
     return out

@@ -39,7 +39,8 @@ for s in "$@"; do
     calib)  step calib "${CALIB_LIMIT:-300}" python3 ci/calibrate_thresholds.py --device cuda --model qwen3-8b \
               ${CALIB_PROFILES:---profile triton_cuda_bf16 --profile native_torch} --tier short --tier primary --tier long \
               --seeds "${CALIB_SEEDS:-4}" --out "$ev/calib" ;;
-    chain)  step chain "${CHAIN_LIMIT:-300}" bash -c "ws1 chain --profile triton_cuda_bf16 --model qwen3-8b --layers ${CHAIN_LAYERS:-2} --out $ev/chain; echo triton rc=\$?; ws1 chain --profile native_torch --model qwen3-8b --layers ${CHAIN_LAYERS:-2} --tier short --out $ev/chain; echo native rc=\$? - 1 expected: the negative control" ;;
+    chain)  ct=""; for t in ${CHAIN_TIERS:-}; do ct+=" --tier $t"; done
+            step chain "${CHAIN_LIMIT:-300}" bash -c "ws1 chain --profile triton_cuda_bf16 --model qwen3-8b --layers ${CHAIN_LAYERS:-2}$ct --out $ev/chain; echo triton rc=\$?; ws1 chain --profile native_torch --model qwen3-8b --layers ${CHAIN_LAYERS:-2} --tier short --out $ev/chain; echo native rc=\$? - 1 expected: the negative control" ;;
     prof)   step prof "${PROF_LIMIT:-150}" python3 ci/profile_unit.py ${PROF_UNIT:-native_torch attention long} ;;
     # Nsight Compute's speed-of-light figures for chosen kernels, one bench point each: NCU_CASES holds
     # op:shape:M:kernel-regex items; the 4th launch of a matching kernel is profiled (after warm-up).
@@ -51,7 +52,7 @@ for s in "$@"; do
                 --out "$ev/ncu/$op-$shp-$m" --force
             done ;;
     tune)   step tune "${TUNE_LIMIT:-240}" python3 ci/tune_kernels.py --out "$ev/tune.json" ${TUNE_ARGS:-} ;;
-    script) step script "${SCRIPT_LIMIT:-240}" bash -c "${SCRIPT:?set SCRIPT}" ;;
+    script) step "${SCRIPT_NAME:-script}" "${SCRIPT_LIMIT:-240}" bash -c "${SCRIPT:?set SCRIPT}" ;;
     nox)    step nox "${NOX_LIMIT:-500}" python3 -m nox --no-venv -s gpu_sm90 -- ${NOX_ARGS:-} ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
