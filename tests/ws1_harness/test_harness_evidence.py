@@ -148,3 +148,16 @@ def test_only_the_judged_plugins_are_recorded() -> None:
     assert kept["plugins"] == [entry]
     none = _judged_plugins({"plugins": [entry, other]}, {"axes": {"profiles": ["portable_cpu"]}})
     assert none["plugins"] == []
+
+
+def test_an_older_evidence_version_is_refused_by_its_version(factory) -> None:
+    """A schema-3 file (no `cells_digest` yet) is refused with one line naming the version, not the first field
+    the schema happens to miss; the gate says so as bad input (exit 2)."""
+    writer, _ = factory.write("old")
+    _edit(writer.path, lambda d: (d.__setitem__("schema_version", 3), d.pop("cells_digest")))
+    with pytest.raises(
+        EvidenceError, match=rf"schema_version 3; this ws1 reads version {SCHEMA_VERSION} only"
+    ):
+        load_evidence(writer.path)
+    result = gate(writer.path)
+    assert result.exit_code == 2 and "schema_version 3" in result.lines[0]

@@ -269,6 +269,16 @@ def _check_digests(doc: Mapping[str, Any], source: str) -> None:
 def _schema_check(doc: Any, source: str) -> None:
     from ws1_contract import ContractError, validate_document
 
+    # A file of another evidence version would fail the schema on whichever field changed first ("'cells_digest'
+    # is a required property"), which says nothing about why; say the version instead. Files with a `kind`
+    # (bench, tuning) are not evidence and keep the schema's own message.
+    version = doc.get("schema_version") if isinstance(doc, dict) and "kind" not in doc else None
+    if isinstance(version, int) and not isinstance(version, bool) and version != SCHEMA_VERSION:
+        raise EvidenceError(
+            f"{source}: evidence schema_version {version}; this ws1 reads version {SCHEMA_VERSION} only "
+            f"(run the matrix again with this ws1)"
+        )
+
     try:
         validate_document(doc, "evidence", source)
     except ContractError as exc:
