@@ -125,7 +125,8 @@ class Progress:
 @dataclass
 class TrainRun:
     """One training layout: logical fp32 logprobs and every parameter gradient where its rule leaves it (on the
-    model's device: at full widths a layout's gradients are several GB, and only figures leave the device)."""
+    model's device while layouts are compared bit for bit; the packed layout's move to the host, ``on_host``,
+    before the fp32 reference drop-in needs the room)."""
 
     layout: str
     logprobs: torch.Tensor
