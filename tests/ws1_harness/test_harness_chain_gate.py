@@ -137,7 +137,9 @@ def test_a_cell_over_the_chain_gradient_thresholds_is_red(green_file):
     doc = _doc(green_file)
     assert gate(copy.deepcopy(doc)).exit_code == EXIT_PASS  # within the thresholds: green
     cell, grad = _over_gradient_threshold(doc)
-    next(iter(grad["detail"]["parameters"].values()))["passed"] = False
+    name, row = next(iter(grad["detail"]["parameters"].items()))
+    row["passed"] = False
+    grad["detail"].update(failed=[name], n_failed=1)  # the list the parameters now give
     grad["passed"] = False
     cell.update(
         status="red",
@@ -210,3 +212,38 @@ def test_a_schema_invalid_chain_cell_is_bad_input(green_file, tmp_path, capsys):
     assert main(["gate", str(path)]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "chain_cells" in err[0], err
+
+
+def test_a_run_short_of_a_tier_it_names_is_red(green_file):
+    """A tier's cell deleted (digest recomputed): the run's own settings still name it, so the file is red."""
+    assert gate(_doc(green_file)).exit_code == EXIT_PASS  # the control: one tier named, one held
+    doc = _doc(green_file)
+    doc["chain_cells"][0]["settings"]["tiers"] = ["short", "primary"]
+    result = gate(_redigest(doc))
+    assert result.exit_code == EXIT_RED and "chain_incomplete" in _codes(result)
+    assert any("names tiers ['short', 'primary']" in p.message for p in result.problems)
+
+
+@pytest.mark.parametrize("judgment", ["parity", "logprob_accuracy"])
+def test_a_deleted_within_contract_flag_is_refused(green_file, judgment):
+    doc = _doc(green_file)
+    detail = _judgment(doc["chain_cells"][0], judgment)["detail"]
+    row = detail["layouts"]["packed"] if judgment == "parity" else detail
+    del row["within_contract"]
+    result = gate(_redigest(doc))
+    assert result.exit_code == EXIT_RED and "verdict_mismatch" in _codes(result)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda d: d.update(failed=["model.norm.weight"]), id="failed-list"),
+        pytest.param(lambda d: d.update(n_failed=1), id="n_failed"),
+        pytest.param(lambda d: d.pop("failed"), id="failed-deleted"),
+    ],
+)
+def test_a_gradient_failed_list_that_contradicts_the_parameters_is_refused(green_file, edit):
+    doc = _doc(green_file)
+    edit(_judgment(doc["chain_cells"][0], "gradient_accuracy")["detail"])
+    result = gate(_redigest(doc))
+    assert result.exit_code == EXIT_RED and "verdict_mismatch" in _codes(result)

@@ -22,7 +22,7 @@ judgment passes, `failed` must list the others, and a red cell must carry its fi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,8 +77,12 @@ def _aggregate_faults(where: str, row: Mapping[str, Any], th: Mapping[str, Any],
     if row["tokens"] != tokens:
         out.append(f"{where}: compares {row['tokens']} tokens, the cell has {tokens} active tokens")
     within = _within(row, th)
-    if "within_contract" in row and row["within_contract"] != bool(within):
-        out.append(f"{where}: within_contract={row['within_contract']} but its aggregates say {bool(within)}")
+    # the writer records the flag wherever it measured the aggregates: absent there, or present without them, the
+    # row was edited
+    if (within is not None or "within_contract" in row) and row.get("within_contract") != bool(within):
+        out.append(
+            f"{where}: within_contract={row.get('within_contract', 'absent')} but its aggregates say {bool(within)}"
+        )
     return out
 
 
@@ -153,6 +157,12 @@ def _grad_accuracy(
         if p["passed"] != passed:
             faults.append(f"{where}: records passed={p['passed']} but its figures say {passed}")
         ok = ok and passed
+    failing = [name for name, p in params.items() if not p["passed"]]
+    if detail.get("failed") != failing[:8] or detail.get("n_failed") != len(failing):
+        faults.append(
+            f"gradient_accuracy: records failed={detail.get('failed')} (n_failed={detail.get('n_failed')}) but its "
+            f"parameters say {failing[:8]} ({len(failing)})"
+        )
     return ok, faults, frozenset(params)
 
 
@@ -248,6 +258,33 @@ def divergence_text(raw: Mapping[str, Any]) -> str:
     )
 
 
+def missing_tiers(chain_cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per `ws1 chain` run whose file lacks a tier the run's own settings name.
+
+    The cells of one run (profile, model, layers, seed and tier list alike) must be exactly the tiers it says it
+    ran: otherwise a red tier's cell could be deleted (and the digest recomputed) and the rest would pass."""
+    runs: dict[tuple[Any, ...], set[str]] = {}
+    for c in chain_cells:
+        settings = c.get("settings") or {}
+        key = (
+            c["profile"],
+            c["model"],
+            c["layers"],
+            settings.get("seed"),
+            tuple(settings.get("tiers") or ()),
+        )
+        runs.setdefault(key, set()).add(c["tier"])
+    out = []
+    for (profile, model, layers, _seed, tiers), have in sorted(runs.items(), key=lambda kv: str(kv[0])):
+        lacking = [t for t in tiers if t not in have]
+        if not tiers or lacking or not have <= set(tiers):
+            out.append(
+                f"chain {profile}/{model}/L{layers}: the run names tiers {list(tiers)}, the file holds "
+                f"{sorted(have)}"
+            )
+    return out
+
+
 def chain_gaps(doc: Mapping[str, Any], ref: GateReference) -> list[str]:
     """Chain cells short of the full model (another model's widths, or fewer layers): the reduced label."""
     short = sorted(
@@ -269,5 +306,6 @@ __all__ = [
     "contract_gradient_thresholds",
     "contract_thresholds",
     "divergence_text",
+    "missing_tiers",
     "rejudge_chain",
 ]

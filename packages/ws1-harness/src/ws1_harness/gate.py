@@ -369,6 +369,8 @@ def gate(
             n_chain["green"] += 1
             continue
         n_chain["red"] += 1
+    for line in _chain.missing_tiers(doc["chain_cells"]):
+        problems.append(Problem("red", "chain_incomplete", line))
     if require_chain:
         with_chain = {c["profile"] for c in doc["chain_cells"]}
         for profile in doc["axes"]["profiles"]:
