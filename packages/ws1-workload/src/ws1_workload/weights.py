@@ -118,13 +118,22 @@ def iter_synthetic_weights(
     manifest: Manifest, model: str, names: Iterable[str] | None = None
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) in sorted name order, generated one at a time."""
+    shapes, pin, wanted = _wanted(manifest, model, names)
+    for name in wanted:
+        yield name, generate_tensor(pin, name, shapes[name])
+
+
+def _wanted(
+    manifest: Manifest, model: str, names: Iterable[str] | None
+) -> tuple[dict[str, tuple[int, ...]], WeightPin, list[str]]:
+    """The model's tensor shapes, its weight pin and the sorted names asked for (all by default); an unknown name
+    is bad input before any tensor is drawn."""
     shapes = tensor_shapes(manifest.model(model))
-    pin = manifest.weights(model)
     wanted = sorted(shapes) if names is None else sorted(set(names))
     for name in wanted:
         if name not in shapes:
             raise WorkloadError(f"model {model!r}: no tensor named {name!r}")
-        yield name, generate_tensor(pin, name, shapes[name])
+    return shapes, manifest.weights(model), wanted
 
 
 def synthetic_weights(
@@ -136,12 +145,7 @@ def synthetic_weights(
     host's cores, at most 8; 1: one after another) with the bits of a serial draw: a full-width run no longer
     waits for one core to draw 1.7 G normals one tensor after another.
     """
-    shapes = tensor_shapes(manifest.model(model))
-    pin = manifest.weights(model)
-    wanted = sorted(shapes) if names is None else sorted(set(names))
-    for name in wanted:
-        if name not in shapes:
-            raise WorkloadError(f"model {model!r}: no tensor named {name!r}")
+    shapes, pin, wanted = _wanted(manifest, model, names)
     workers = threads if threads is not None else max(1, min(8, (os.cpu_count() or 2) // 2))
     if workers <= 1 or len(wanted) <= 1:
         return {name: generate_tensor(pin, name, shapes[name]) for name in wanted}
