@@ -41,15 +41,30 @@ def mix_rows(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     return wrapped
 
 
+def sequential_dot(x: Tensor, weight: Tensor, k0: int, k1: int) -> Tensor:
+    """fp32 ``x[:, k0:k1] @ weight[:, k0:k1]^T`` walking K in ascending order, one elementwise add per k.
+
+    Not the host's matmul: its K order is the BLAS's and differs between hosts (on an AVX-512 host a two-way
+    split of K came out with the same bf16 bits as the full sum). bf16 products are exact in fp32 and each
+    elementwise add is correctly rounded, so this order, and the fault built on it, is the same on every host.
+    """
+    xf, wf = x.float(), weight.float()
+    acc = torch.zeros((x.shape[0], weight.shape[0]), dtype=torch.float32)
+    for k in range(k0, k1):
+        acc = acc + xf[:, k : k + 1] * wf[:, k]
+    return acc
+
+
 def split_k_small_batch(x: Tensor, weight: Tensor, ctx: LayoutContext) -> Tensor:
-    """A GEMM that changes its reduction order with the batch size, like split-K heuristics do."""
+    """A GEMM that changes its reduction order with the batch size, like split-K heuristics do: calls of more
+    than 32 rows walk K in one pass, smaller calls walk its two halves apart and add them. Red by construction
+    on the fixture's dot-order probe rows (ws1_workload.inputs), on every host."""
     launches.record("guard.split_k", "fwd")
+    k = x.shape[1]
     if x.shape[0] > 32:
-        return (x.float() @ weight.float().t()).to(torch.bfloat16)
-    half = x.shape[1] // 2
-    lo = x[:, :half].float() @ weight[:, :half].float().t()
-    hi = x[:, half:].float() @ weight[:, half:].float().t()
-    return (lo + hi).to(torch.bfloat16)
+        return sequential_dot(x, weight, 0, k).to(torch.bfloat16)
+    half = k // 2
+    return (sequential_dot(x, weight, 0, half) + sequential_dot(x, weight, half, k)).to(torch.bfloat16)
 
 
 def stock_fallback(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:

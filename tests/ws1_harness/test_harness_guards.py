@@ -77,14 +77,30 @@ def test_row_mixing_op_is_red_on_invariance() -> None:
 
 
 def test_batch_size_dependent_gemm_is_red_on_invariance() -> None:
-    ops = frozenset({"aten.mm", "aten.t", "aten.slice", "aten.add", "aten._to_copy"})
-    result = judge("det_gemm", gp.split_k_small_batch, extra_ops=ops, kernels=frozenset({"guard.split_k"}))
+    result = judge("det_gemm", gp.split_k_small_batch, extra_ops=ANY_OP, kernels=frozenset({"guard.split_k"}))
     s = statuses(result)
     assert s["forward_invariance"] == ("red", "bits_differ"), s
     assert s["forward_accuracy"] == (
         "green",
         None,
     )  # accurate, but not invariant: the judgments are independent
+
+
+def test_split_k_is_seen_on_the_order_probe_rows() -> None:
+    """The red comes from the dot-order probe rows: the first differing element is on one of them."""
+    from ws1_workload.inputs import hard_row_kind
+
+    result = judge("det_gemm", gp.split_k_small_batch, extra_ops=ANY_OP, kernels=frozenset({"guard.split_k"}))
+    fi = result.judgments["forward_invariance"]
+    firsts = [
+        d["diagnostics"]["first_mismatch_key"]
+        for layout in fi.layouts
+        for d in layout["diagnostics"].values()
+        if d["diagnostics"].get("first_mismatch_key") is not None
+    ]
+    assert firsts, fi.layouts
+    kinds = FIXTURE.hard_rows["det_gemm.x"]
+    assert all(hard_row_kind(tuple(key[:2]), kinds) == "dot_order_rows" for key in firsts), firsts
 
 
 def test_undeclared_stock_op_is_red_even_with_identical_values() -> None:

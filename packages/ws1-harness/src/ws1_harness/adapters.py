@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ws1_workload import ModelConfig
+from ws1_workload.inputs import order_probe_positions
 
 Tensor = torch.Tensor
 
@@ -44,6 +45,9 @@ class ParamInput:
     shape: tuple[int, ...]
     scale: float = 1.0
     offset: float = 0.0
+    #: a [N, K] weight that meets dot-order probe rows (`ws1_workload.inputs`): its probe columns (the forward's
+    #: K sum) and probe rows (dx's N sum) are made equal, so the probes' +1 and -1 products cancel exactly
+    order_probe: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,26 @@ def make_param(case_id: str, param: ParamInput) -> Tensor:
         values = torch.where(values == 0, torch.full_like(values, param.scale), values).to(torch.bfloat16)
         # rounding to bf16 may flush a tiny value to zero: never zero
         flat[r0:r1] = torch.where(values == 0, torch.full_like(values, param.scale), values)
+    if param.order_probe:
+        equalise_order_probe(out)
     return out
+
+
+def equalise_order_probe(weight: Tensor) -> None:
+    """Copy the weight's `plus` probe column over its `tiny` and `minus` columns, then the same for rows.
+
+    A dot-order probe row (zeros but 2^-30, +1, -1 at `order_probe_positions`) against such a weight gives the
+    products `2^-30 c`, `c`, `-c` with one `c` per output: the survivor of the probe is `2^-30 c` or exactly 0
+    depending on the order of summation only. Two columns and two rows of a random weight change nothing else.
+    """
+    if weight.dim() != 2:
+        raise ValueError(f"an order-probe weight is [N, K], got shape {tuple(weight.shape)}")
+    tiny, plus, minus = order_probe_positions(weight.shape[1])
+    weight[:, tiny] = weight[:, plus]
+    weight[:, minus] = weight[:, plus]
+    tiny, plus, minus = order_probe_positions(weight.shape[0])
+    weight[tiny] = weight[plus]
+    weight[minus] = weight[plus]
 
 
 def build_adapters(model: ModelConfig) -> dict[str, OperatorAdapter]:
@@ -135,7 +158,7 @@ def build_adapters(model: ModelConfig) -> dict[str, OperatorAdapter]:
         OperatorAdapter(
             "det_gemm",
             (TokenInput("x", (f,)),),
-            (ParamInput("weight", (h, f), scale=_pow2_scale(f)),),
+            (ParamInput("weight", (h, f), scale=_pow2_scale(f), order_probe=True),),
             (h,),
             torch.bfloat16,
             lambda fn, x, p, ctx: fn(x["x"], p["weight"], ctx),
@@ -175,7 +198,7 @@ def build_adapters(model: ModelConfig) -> dict[str, OperatorAdapter]:
         OperatorAdapter(
             "lm_head",
             (TokenInput("x", (h,)),),
-            (ParamInput("weight", (v, h), scale=_pow2_scale(h)),),
+            (ParamInput("weight", (v, h), scale=_pow2_scale(h), order_probe=True),),
             (v,),
             torch.bfloat16,
             lambda fn, x, p, ctx: fn(x["x"], p["weight"], ctx),

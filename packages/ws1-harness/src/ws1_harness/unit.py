@@ -134,9 +134,9 @@ def logical_inputs(
         active = torch.cat([s.active for s in samples]).bool()
         if not bool(active.any()):
             raise ValueError(f"fixture {fixture.tier}: no active token; the gradient judgments need one")
-        g = logical_tensor(
-            case_id, f"{adapter.operator}.upstream", keys, adapter.output_row_shape, torch.float32
-        ).float()
+        name = f"{adapter.operator}.upstream"
+        kinds = fixture.hard_rows.get(name, ())  # dot-order probes of dx's reduction over the outputs
+        g = logical_tensor(case_id, name, keys, adapter.output_row_shape, torch.float32, hard_rows=kinds)
         mask = active.reshape(-1, *([1] * len(adapter.output_row_shape))).float()
         upstream = (g * mask).to(adapter.output_dtype)
     dev = torch.device(device)

@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .errors import WorkloadError
-from .inputs import HARD_ROW_KINDS, LARGE_ROW_SCALE, hard_row_kind, logical_tensor
+from .inputs import (
+    HARD_ROW_KINDS,
+    HARD_ROW_SLOT,
+    LARGE_ROW_SCALE,
+    ORDER_PROBE_LSE_PEAK,
+    ORDER_PROBE_TINY,
+    hard_row_kind,
+    logical_tensor,
+    order_probe_positions,
+)
 
 if TYPE_CHECKING:
     from .fixtures import Fixture
@@ -85,6 +94,16 @@ def parse_hard_cases(
             if item.split(".", 1)[0] not in operators:
                 raise WorkloadError(f"{where}: input {item!r} names no chain operator", source)
         out[name] = HardCaseSpec(name, str(case["what"]), tuple(case["tiers"]), blocks, inputs)
+    slots: dict[tuple[str, int], str] = {}
+    for spec in out.values():
+        for item in spec.inputs:
+            other = slots.setdefault((item, HARD_ROW_SLOT[spec.name]), spec.name)
+            if other != spec.name:  # one row kind per slot: the second would never be generated
+                raise WorkloadError(
+                    f"$.fixtures.hard_cases.{spec.name}: input {item!r} already holds {other}, which takes the "
+                    "same rows",
+                    source,
+                )
     return MappingProxyType(out)
 
 
@@ -170,6 +189,15 @@ def _check_rows(case: str, spec: HardCaseSpec, manifest: Manifest, fx: Fixture) 
             elif case == "tiny_norm_rows":
                 ms = float(row.double().pow(2).mean())
                 found = eps / 4 <= ms <= eps * 4
+            elif case == "dot_order_rows":
+                want = torch.zeros_like(row)
+                tiny, plus, minus = order_probe_positions(row.shape[-1])
+                want[tiny], want[plus], want[minus] = ORDER_PROBE_TINY, 1.0, -1.0
+                found = torch.equal(row, want)
+            elif case == "lse_order_rows":
+                want = torch.zeros_like(row)
+                want[0] = ORDER_PROBE_LSE_PEAK
+                found = torch.equal(row, want)
             else:
                 found = bool(torch.isfinite(row).all()) and float(row.abs().max()) >= LARGE_ROW_SCALE
             if found:

@@ -34,11 +34,39 @@ ZERO_REPLACEMENT = 2.0**-8
 #:   nearer the bf16 range on purpose: above about 2^15, `lse = m + log(s)` in fp32 loses log(s) (ulp(m) > 1),
 #:   and every logsumexp-based softmax backward (fp32 math included) counts a tied maximum twice; measured at
 #:   2^118 on portable_cpu: relative gradient error 1.0 at tied maxima.
-HARD_ROW_KINDS: tuple[str, ...] = ("signed_zero_rows", "tiny_norm_rows", "large_logit_rows")
+#: - `dot_order_rows`: exact zeros except three elements of the last axis (`order_probe_positions`): the
+#:   survivor `ORDER_PROBE_TINY` first, then +1 and -1 in the last quarter. Against an operand whose three
+#:   matching elements are equal (`ws1_harness.adapters` builds the weights so), a dot product over that axis
+#:   is `tiny * c` when the +c and -c products cancel before the tiny one meets them, and exactly 0 when the
+#:   tiny one is added to +c first: a change of summation order changes the bits (ws1_workload.order_probes).
+#: - `lse_order_rows`: `ORDER_PROBE_LSE_PEAK` at index 0 and exact zeros elsewhere: each exp(0 - peak) is below
+#:   half an ulp of the maximum's exp(0) = 1, so a walk that adds them to 1 one at a time loses every one, and
+#:   a walk that sums some of them first keeps them: the fp32 logsumexp moves by several ulps.
+HARD_ROW_KINDS: tuple[str, ...] = (
+    "signed_zero_rows",
+    "tiny_norm_rows",
+    "large_logit_rows",
+    "dot_order_rows",
+    "lse_order_rows",
+)
 HARD_ROW_PERIOD = 6
-HARD_ROW_SLOT: dict[str, int] = {"signed_zero_rows": 1, "large_logit_rows": 2, "tiny_norm_rows": 3}
+HARD_ROW_SLOT: dict[str, int] = {
+    "signed_zero_rows": 1,
+    "large_logit_rows": 2,
+    "tiny_norm_rows": 3,
+    "dot_order_rows": 4,
+    "lse_order_rows": 4,
+}
 TINY_ROW_SCALE = 2.0**-10
 LARGE_ROW_SCALE = 2.0**10
+#: The survivor of a dot-order probe: 2^-30 is lost against 1 in fp32 (half an ulp of 1 is 2^-24) with room
+#: for the few extra bits a tensor-core accumulator may keep, and its products stay normal fp32 and bf16
+#: numbers, far below every contract atol (so the accuracy judgment is unchanged on these rows).
+ORDER_PROBE_TINY = 2.0**-30
+#: Peak of an lse-order probe row before the logp adapter's scale of 4: logits 20 and 0, exp(-20) = 2.1e-9.
+ORDER_PROBE_LSE_PEAK = 5.0
+#: The shortest axis a dot-order probe fits (an aligned block of 32 inside its last quarter).
+ORDER_PROBE_MIN_WIDTH = 256
 _EXACT_DTYPES = (torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -98,6 +126,47 @@ def hard_row_kind(key: Any, kinds: Sequence[str]) -> str | None:
     return None
 
 
+def order_probe_positions(width: int) -> tuple[int, int, int]:
+    """Indices `(tiny, plus, minus)` of a dot-order probe along an axis of `width` elements.
+
+    The pair must meet each other before either meets the survivor in every order a kernel uses:
+    - the survivor sits at index 1, the pair in the last quarter: a split into 2, 3 or 4 equal parts keeps the
+      pair in the last part and the survivor in the first, and a walk of the blocks backwards meets the pair
+      first;
+    - the pair fills one aligned block of `2d` elements (`plus` at its start, `minus = plus + d`, `d` a power of
+      two, at most 64): a tree over adjacent elements joins them inside that block, a tree that adds the upper
+      half onto the lower half (`tree_sum`, a butterfly) joins them when the stride is `d`, and the odd survivor
+      only at stride 1, last;
+    - `d >= 16`: no 16-wide MMA instruction holds both (at the full widths `d = 64`: no 64-wide K tile does).
+    """
+    if width < ORDER_PROBE_MIN_WIDTH:
+        raise WorkloadError(f"an order probe needs an axis of at least {ORDER_PROBE_MIN_WIDTH}, got {width}")
+    start = width - width // 4
+    block = 128
+    while block > 32:
+        plus = -(-start // block) * block  # first aligned block inside the last quarter
+        if plus + block <= width:
+            break
+        block //= 2
+    plus = -(-start // block) * block
+    return 1, plus, plus + block // 2
+
+
+def _dot_order_row(shape: tuple[int, ...]) -> torch.Tensor:
+    row = torch.zeros(shape, dtype=torch.float32)
+    tiny, plus, minus = order_probe_positions(shape[-1])
+    row[..., tiny] = ORDER_PROBE_TINY
+    row[..., plus] = 1.0
+    row[..., minus] = -1.0
+    return row
+
+
+def _lse_order_row(shape: tuple[int, ...]) -> torch.Tensor:
+    row = torch.zeros(shape, dtype=torch.float32)
+    row[..., 0] = ORDER_PROBE_LSE_PEAK
+    return row
+
+
 def _signed_zeros(shape: tuple[int, ...]) -> torch.Tensor:
     flat = torch.zeros(math.prod(shape), dtype=torch.float32)
     flat[1::2] = -0.0
@@ -116,8 +185,8 @@ def logical_tensor(
 
     Values are N(0, 1) draws rounded to bf16, never zero, returned in `dtype` (bf16, fp32 or fp64 exactly;
     any other dtype must hold every value exactly or WorkloadError is raised). `hard_rows` names the kinds of
-    hard row (`HARD_ROW_KINDS`) this tensor holds; their rows follow `hard_row_kind` instead (zero rows are
-    the only place a zero appears).
+    hard row (`HARD_ROW_KINDS`) this tensor holds; their rows follow `hard_row_kind` instead (zero rows and
+    order probes are the only places a zero appears).
     """
     shape = (row_shape,) if isinstance(row_shape, int) else tuple(int(d) for d in row_shape)
     if any(d < 0 for d in shape):
@@ -128,6 +197,7 @@ def logical_tensor(
     gen = torch.Generator(device="cpu")
     rows = []
     zero_rows = []
+    exact_rows: list[tuple[int, torch.Tensor]] = []  # rows whose zeros are meant: set after the zero replacement
     for i, key in enumerate(logical_keys):
         gen.manual_seed(derive_seed("logical", case_id, name, canonical_key(key)))
         row = torch.empty(shape, dtype=torch.float32).normal_(generator=gen)
@@ -138,11 +208,17 @@ def logical_tensor(
             row = row * LARGE_ROW_SCALE
         elif kind == "signed_zero_rows":
             zero_rows.append(i)
+        elif kind == "dot_order_rows":
+            exact_rows.append((i, _dot_order_row(shape)))
+        elif kind == "lse_order_rows":
+            exact_rows.append((i, _lse_order_row(shape)))
         rows.append(row)
     data = torch.stack(rows) if rows else torch.empty((0, *shape), dtype=torch.float32)
     out = round_to_bf16(data)
     for i in zero_rows:
         out[i] = _signed_zeros(shape).to(torch.bfloat16)
+    for i, exact in exact_rows:
+        out[i] = exact.to(torch.bfloat16)
     if dtype in _EXACT_DTYPES:
         return out.to(dtype)
     cast = out.to(dtype)

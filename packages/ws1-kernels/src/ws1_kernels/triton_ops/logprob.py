@@ -15,10 +15,13 @@ Why a row's bits do not depend on the batch:
 - linear_logp backward walks the vocab in fixed ``bwd_chunk`` columns: recompute the chunk's logits with the
   forward's own tile function and tile shape (same columns at the same tile positions, so the same bits),
   ``dlogits = g*(onehot - exp(logit - lse))`` rounded once to the input dtype (bf16, as an unfused
-  lm_head+logp backward would hand to its GEMMs), then ``dx += dlogits @ W_chunk`` into one fp32 accumulator
+  lm_head+logp backward would hand to its GEMMs) plus, for the weight gradient, its rounding residual in a
+  second bf16 buffer, then ``dx += dlogits @ W_chunk`` into one fp32 accumulator
   per dx element carried across chunks in ascending order (one long K chain spilled to memory between
   chunks), and ``weight.main_grad[chunk] += dlogits_b^T @ x_b`` per 16-token block under
-  ``sample_blocks_main_grad``.  Extra memory: one ``[T, bwd_chunk]`` dlogits buffer and one fp32 ``[T, H]``.
+  ``sample_blocks_main_grad``, each block's product taken twice on one accumulator chain (high part, then
+  residual: bf16 dlogits alone lost up to 0.02 of d_weight at the tiny widths, over the contract's gradient
+  atol).  Extra memory: two ``[T, bwd_chunk]`` bf16 dlogits buffers and one fp32 ``[T, H]``.
 
 Declared design choice: the fused forward does NOT give the bits of ``logp(lm_head(x))``: its logits stay fp32
 and are never rounded to bf16, so it is closer to the fp32 reference than the unfused bf16 path.
@@ -242,6 +245,7 @@ def ws1_linear_logp_dlogits(
     g_ptr,
     g_stride,
     dl_ptr,
+    dl_lo_ptr,
     T,
     V,
     H,
@@ -252,8 +256,13 @@ def ws1_linear_logp_dlogits(
     BK: tl.constexpr,
     EVEN_K: tl.constexpr,
     IEEE: tl.constexpr,
+    STORE_LO: tl.constexpr,
 ):
-    """One ``[BM, BV]`` tile of the chunk's dlogits (``dl[T, LDC]``, columns relative to ``c0``)."""
+    """One ``[BM, BV]`` tile of the chunk's dlogits (``dl[T, LDC]``, columns relative to ``c0``).
+
+    ``STORE_LO``: also store the rounding residual ``d - dl`` in the same dtype (``dl_lo``), so the weight
+    gradient sees ``dl + dl_lo``: about 16 significant bits where bf16 alone keeps 8.  A bf16 ``dl`` alone put
+    the tiny-width ``d_weight`` over the contract's gradient tolerance (docs/triton/logprob.md)."""
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     lcols = tl.program_id(1) * BV + tl.arange(0, BV)
     cols = c0 + lcols
@@ -264,8 +273,12 @@ def ws1_linear_logp_dlogits(
     tgt = tl.load(tgt_ptr + rows, mask=rmask, other=-1)
     onehot = tl.where(cols[None, :] == tgt[:, None], 1.0, 0.0)
     d = g[:, None] * (onehot - tl.exp(logit - lse[:, None]))
-    ptrs = dl_ptr + rows.to(tl.int64)[:, None] * LDC + lcols[None, :]
-    tl.store(ptrs, d.to(dl_ptr.dtype.element_ty), mask=rmask[:, None] & (cols < V)[None, :])
+    offs = rows.to(tl.int64)[:, None] * LDC + lcols[None, :]
+    smask = rmask[:, None] & (cols < V)[None, :]
+    hi = d.to(dl_ptr.dtype.element_ty)
+    tl.store(dl_ptr + offs, hi, mask=smask)
+    if STORE_LO:
+        tl.store(dl_lo_ptr + offs, (d - hi.to(tl.float32)).to(dl_lo_ptr.dtype.element_ty), mask=smask)
 
 
 @triton.jit
@@ -321,6 +334,7 @@ def ws1_linear_logp_dx(
 @triton.jit
 def ws1_linear_logp_wgrad(
     dl_ptr,
+    dl_lo_ptr,
     x_ptr,
     rows_ptr,
     mg_ptr,
@@ -334,7 +348,8 @@ def ws1_linear_logp_wgrad(
     ROWS_PER_STEP: tl.constexpr,
     IEEE: tl.constexpr,
 ):
-    """``main_grad[c0+n, h] += dl_b^T @ x_b`` for every 16-token block b of the call in rule order.
+    """``main_grad[c0+n, h] += dl_b^T @ x_b + dl_lo_b^T @ x_b`` for every 16-token block b of the call in rule
+    order (the high part, then the rounding residual, of the fp32 dlogits: one accumulator chain).
 
     ``rows_ptr``: ``num_steps * ROWS_PER_STEP`` row indices (16 per block, -1 for an empty slot: zeros).  The
     accumulator starts from main_grad and goes back to it, so micro-batch calls chain exactly.  A step of
@@ -354,16 +369,19 @@ def ws1_linear_logp_wgrad(
         r = tl.load(rows_ptr + st * ROWS_PER_STEP + offs_r)
         valid = r >= 0
         r64 = tl.where(valid, r, 0).to(tl.int64)
-        dlt = tl.load(
-            dl_ptr + r64[None, :] * LDC + vl[:, None], mask=valid[None, :] & vmask[:, None], other=0.0
-        )
+        toffs = r64[None, :] * LDC + vl[:, None]
+        tmask_t = valid[None, :] & vmask[:, None]
+        dlt = tl.load(dl_ptr + toffs, mask=tmask_t, other=0.0)
+        dlt_lo = tl.load(dl_lo_ptr + toffs, mask=tmask_t, other=0.0)
         xb = tl.load(
             x_ptr + r64[:, None] * H + hcols[None, :], mask=valid[:, None] & hmask[None, :], other=0.0
         )
-        if IEEE:  # noqa: SIM108 (constexpr branch: only one side is compiled)
+        if IEEE:
             acc = tl.dot(dlt, xb, acc, input_precision="ieee")
+            acc = tl.dot(dlt_lo, xb, acc, input_precision="ieee")
         else:
             acc = tl.dot(dlt, xb, acc)
+            acc = tl.dot(dlt_lo, xb, acc)
     tl.store(mg_ptrs, acc, mask=tmask)
 
 
@@ -572,6 +590,7 @@ def _linear_bwd(
     chunk = min(tiles.bwd_chunk, triton.cdiv(vocab, tiles.bv) * tiles.bv)
     nchunk = triton.cdiv(vocab, chunk)
     dl = torch.empty((t, chunk), dtype=x.dtype, device=dev)
+    dl_lo = torch.empty((t, chunk), dtype=x.dtype, device=dev) if need_w else dl  # dl: never written then
     dx = acc = None
     if need_x:
         dx = torch.empty((t, h), dtype=x.dtype, device=dev)
@@ -597,6 +616,7 @@ def _linear_bwd(
             g,
             g.stride(0),
             dl,
+            dl_lo,
             t,
             vocab,
             h,
@@ -607,6 +627,7 @@ def _linear_bwd(
             BK=tiles.bk,
             EVEN_K=h % tiles.bk == 0,
             IEEE=ieee,
+            STORE_LO=need_w,
             num_warps=tiles.fwd_warps,
             num_stages=tiles.fwd_stages,
         )
@@ -639,6 +660,7 @@ def _linear_bwd(
                 (triton.cdiv(cw, tiles.wg_bn), triton.cdiv(h, tiles.wg_bh)),
                 "bwd",
                 dl,
+                dl_lo,
                 x,
                 rows,
                 mg,
