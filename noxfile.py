@@ -249,6 +249,7 @@ BASELINE_PROFILES = frozenset(
 )  # recorded: its batch-variant stock ops are listed, never gated
 GPU_ARCH = {"gpu_sm86": "8.6", "gpu_sm90": "9.0"}
 GPU_TIERS = ("short", "primary", "long")
+GPU_MODELS = ("qwen3-8b", "tiny")  # full widths, then the reduced widths (seconds on the GPU)
 
 
 def _gpu_args(session: nox.Session) -> tuple[list[str], list[str], bool]:
@@ -333,27 +334,47 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     out = _evidence_dir(session, name)
     for profile in profiles:
         gated = profile not in BASELINE_PROFILES
-        pdir = out / profile
-        pdir.mkdir(parents=True, exist_ok=True)
-        tier_args = [a for t in tiers for a in ("--tier", t)]
-        with _step(session, f"matrix {profile}"):
-            session.run(
-                "ws1", "matrix", "--profile", profile, *tier_args, "--out", str(pdir),
-                success_codes=[0, 1], env=env, external=True,
-            )  # fmt: skip
-        evidence = sorted(p for p in pdir.glob("*.json") if not p.name.endswith(".partial.json"))
-        if len(evidence) != 1:
-            failures.append(f"{profile}: expected one evidence file in {pdir}, found {len(evidence)}")
-            continue
-        session.run("ws1", "report", str(evidence[0]), "--out", str(pdir), external=True)
-        codes = [0] if gated else [0, 1]
-        try:
-            full = ["--full"] if gated and set(tiers) >= set(GPU_TIERS) else []  # a --tier subset is reduced
-            session.run("ws1", "gate", *full, str(evidence[0]), success_codes=codes, external=True)
-        except nox.command.CommandFailed:
-            failures.append(f"gate {profile}")
+        for model in GPU_MODELS:
+            # full widths first (the gate's --full verdict), then the tiny widths: a candidate must be green at
+            # every width the gate accepts (the linear_logp weight gradient was red at tiny widths only)
+            pdir = out / (profile if model == "qwen3-8b" else f"{profile}-{model}")
+            problem = _gpu_matrix(session, profile, model, tiers, pdir, env, gated)
+            if problem is not None:
+                failures.append(problem)
     if failures:
         session.error(f"{name}: not green: {'; '.join(failures)}")
+
+
+def _gpu_matrix(
+    session: nox.Session,
+    profile: str,
+    model: str,
+    tiers: list[str],
+    pdir: Path,
+    env: dict[str, str],
+    gated: bool,
+) -> str | None:
+    """One profile's matrix at one model's widths into `pdir`, reported and gated; the failure, or None."""
+    pdir.mkdir(parents=True, exist_ok=True)
+    tier_args = [a for t in tiers for a in ("--tier", t)]
+    model_args = [] if model == "qwen3-8b" else ["--model", model]
+    with _step(session, f"matrix {profile} ({model})"):
+        session.run(
+            "ws1", "matrix", "--profile", profile, *model_args, *tier_args, "--out", str(pdir),
+            success_codes=[0, 1], env=env, external=True,
+        )  # fmt: skip
+    evidence = sorted(p for p in pdir.glob("*.json") if not p.name.endswith(".partial.json"))
+    if len(evidence) != 1:
+        return f"{profile} ({model}): expected one evidence file in {pdir}, found {len(evidence)}"
+    session.run("ws1", "report", str(evidence[0]), "--out", str(pdir), external=True)
+    codes = [0] if gated else [0, 1]
+    # --full needs every tier at full widths; a --tier subset or the tiny widths are a reduced verdict
+    full = ["--full"] if gated and model == "qwen3-8b" and set(tiers) >= set(GPU_TIERS) else []
+    try:
+        session.run("ws1", "gate", *full, str(evidence[0]), success_codes=codes, external=True)
+    except nox.command.CommandFailed:
+        return f"gate {profile} ({model})"
+    return None
 
 
 @nox.session(default=False, venv_backend="none")

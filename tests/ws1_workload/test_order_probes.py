@@ -39,7 +39,9 @@ def _probe_key(kind: str) -> tuple[int, int]:
 
 
 def _dot_probe_row(width: int) -> np.ndarray:
-    row = logical_tensor("probe", "x", [_probe_key("dot_order_rows")], width, torch.float32, ("dot_order_rows",))
+    row = logical_tensor(
+        "probe", "x", [_probe_key("dot_order_rows")], width, torch.float32, ("dot_order_rows",)
+    )
     return row[0].numpy()
 
 

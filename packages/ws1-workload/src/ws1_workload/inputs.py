@@ -197,7 +197,8 @@ def logical_tensor(
     gen = torch.Generator(device="cpu")
     rows = []
     zero_rows = []
-    exact_rows: list[tuple[int, torch.Tensor]] = []  # rows whose zeros are meant: set after the zero replacement
+    # rows whose zeros are meant: set after the zero replacement
+    exact_rows: list[tuple[int, torch.Tensor]] = []
     for i, key in enumerate(logical_keys):
         gen.manual_seed(derive_seed("logical", case_id, name, canonical_key(key)))
         row = torch.empty(shape, dtype=torch.float32).normal_(generator=gen)
