@@ -161,7 +161,12 @@ def test_a_stock_bf16_gemm_is_not_the_declared_fp32_mm() -> None:
 
 
 def _float_inputs() -> set[str]:
-    return {f"{a.operator}.{t.name}" for a in ADAPTERS.values() for t in a.token_inputs if t.kind == "float"}
+    """Every generated float tensor of a unit: the float token inputs and the upstream gradient (`<op>.upstream`,
+    which holds dx's order probes)."""
+    inputs = {
+        f"{a.operator}.{t.name}" for a in ADAPTERS.values() for t in a.token_inputs if t.kind == "float"
+    }
+    return inputs | {f"{op}.upstream" for op in ADAPTERS}
 
 
 def test_every_hard_row_input_is_an_operator_input() -> None:

@@ -424,3 +424,32 @@ def test_bad_input_raises(case: str) -> None:
         assert ("-1" if "-1" in case else str(V)) in msg
     if "empty" in case:
         assert "empty" in msg
+
+
+def _wgrad_direct(dl: torch.Tensor, dl_lo: torch.Tensor, x: torch.Tensor, ctx: LayoutContext, step: int):
+    """main_grad from one launch of the wgrad kernel (fp32, one vocab chunk of all of dl's columns)."""
+    t, cw = dl.shape
+    h = x.shape[1]
+    rows = torch.tensor(lp.wgrad_rows(ctx.segments, step), dtype=torch.int64)
+    mg = torch.zeros((cw, h), dtype=F32)
+    lp.ws1_linear_logp_wgrad[(1, 1)](
+        dl, dl_lo, x, rows, mg, rows.numel() // (16 * step), 0, cw, cw, h,
+        BN=cw, BH=h, ROWS_PER_STEP=16 * step, BLOCK=16, IEEE=True,
+    )  # fmt: skip
+    return mg
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_wgrad_adds_the_residual_of_every_block(step: int) -> None:
+    """main_grad = sum over the rule's blocks of (dl_b + dl_lo_b)^T x_b: the residual buffer is read, for the
+    right rows, whatever the step size (the bf16 kernel's second significand half)."""
+    ctx = LayoutContext(torch.tensor([0] * 20 + [1] * 13), torch.tensor([*range(20), *range(13)]))
+    dl = torch.randn(33, 16, generator=_gen(5))
+    dl_lo = torch.randn(33, 16, generator=_gen(6)) * 2.0**-9
+    x = torch.randn(33, 32, generator=_gen(7))
+    got = _wgrad_direct(dl, dl_lo, x, ctx, step)
+    want = ((dl + dl_lo).double().t() @ x.double()).float()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # negative control: without the residual the sum is off by far more than the tolerance
+    without = _wgrad_direct(dl, torch.zeros_like(dl_lo), x, ctx, step)
+    assert float((without - want).abs().max()) > 1e-3

@@ -346,16 +346,19 @@ def ws1_linear_logp_wgrad(
     BN: tl.constexpr,
     BH: tl.constexpr,
     ROWS_PER_STEP: tl.constexpr,
+    BLOCK: tl.constexpr,
     IEEE: tl.constexpr,
 ):
     """``main_grad[c0+n, h] += dl_b^T @ x_b + dl_lo_b^T @ x_b`` for every 16-token block b of the call in rule
-    order (the high part, then the rounding residual, of the fp32 dlogits: one accumulator chain).
+    order: the high part of block b, then its rounding residual (``dl_lo_ptr``), then block b+1.
 
     ``rows_ptr``: ``num_steps * ROWS_PER_STEP`` row indices (16 per block, -1 for an empty slot: zeros).  The
     accumulator starts from main_grad and goes back to it, so micro-batch calls chain exactly.  A step of
-    several blocks is one ``tl.dot`` whose K is walked by the MMA in ascending 16-wide instructions chained on
-    the accumulator, i.e. the same as one dot per block (interpreter tests use one block per step with the raw
-    numpy dot, which is not such a chain).
+    several blocks is one ``tl.dot`` over ``K = 2 * ROWS_PER_STEP`` laid out ``hi_b0, lo_b0, hi_b1, lo_b1, ...``
+    (16 each): the MMA walks K in ascending 16-wide instructions chained on the accumulator, i.e. the same as
+    one block per step, whatever the step size (interpreter tests use one block per step with the raw numpy
+    dot, which is not such a chain).  Two dots per step (all high parts, then all residuals) would make the
+    order depend on the step grouping, and so on the layout: measured red on the H200.
     """
     vl = tl.program_id(0) * BN + tl.arange(0, BN)
     hcols = tl.program_id(1) * BH + tl.arange(0, BH)
@@ -364,24 +367,27 @@ def ws1_linear_logp_wgrad(
     tmask = vmask[:, None] & hmask[None, :]
     mg_ptrs = mg_ptr + (c0 + vl).to(tl.int64)[:, None] * H + hcols[None, :]
     acc = tl.load(mg_ptrs, mask=tmask, other=0.0)
-    offs_r = tl.arange(0, ROWS_PER_STEP)
+    offs_j = tl.arange(0, 2 * ROWS_PER_STEP)
+    within = offs_j % (2 * BLOCK)
+    slot = (offs_j // (2 * BLOCK)) * BLOCK + within % BLOCK  # the token row of K position j
+    is_lo = within >= BLOCK  # the second 16 of each block's 32 K positions read the residual
     for st in range(0, num_steps):
-        r = tl.load(rows_ptr + st * ROWS_PER_STEP + offs_r)
+        r = tl.load(rows_ptr + st * ROWS_PER_STEP + slot)
         valid = r >= 0
         r64 = tl.where(valid, r, 0).to(tl.int64)
-        toffs = r64[None, :] * LDC + vl[:, None]
-        tmask_t = valid[None, :] & vmask[:, None]
-        dlt = tl.load(dl_ptr + toffs, mask=tmask_t, other=0.0)
-        dlt_lo = tl.load(dl_lo_ptr + toffs, mask=tmask_t, other=0.0)
+        offs = r64[None, :] * LDC + vl[:, None]
+        dlt = tl.load(
+            tl.where(is_lo[None, :], dl_lo_ptr + offs, dl_ptr + offs),
+            mask=valid[None, :] & vmask[:, None],
+            other=0.0,
+        )
         xb = tl.load(
             x_ptr + r64[:, None] * H + hcols[None, :], mask=valid[:, None] & hmask[None, :], other=0.0
         )
-        if IEEE:
+        if IEEE:  # noqa: SIM108 (constexpr branch: only one side is compiled)
             acc = tl.dot(dlt, xb, acc, input_precision="ieee")
-            acc = tl.dot(dlt_lo, xb, acc, input_precision="ieee")
         else:
             acc = tl.dot(dlt, xb, acc)
-            acc = tl.dot(dlt_lo, xb, acc)
     tl.store(mg_ptrs, acc, mask=tmask)
 
 
@@ -433,8 +439,9 @@ class LinearLogpTiles:
     - ``vchunk`` 1024 columns per forward program: 149 chunks of 151936, so even a T <= 128 call has 149
       programs for 132 SMs, and T=4096 has 4768; partial ``(m, s)`` cost 8 bytes per row and chunk;
     - ``bwd_chunk`` 8192 columns: the bf16 dlogits buffer is T x 16 KiB (64 MiB at T=4096, 1/40 of fp32 logits);
-    - dx tile 128x128 over the chunk in 64-column steps; wgrad tile 128 vocab x 128 hidden, 4 blocks of 16
-      tokens per dot step (a K=64 MMA chain: fewer, fuller loop iterations than one 16-token block each).
+    - dx tile 128x128 over the chunk in 64-column steps; wgrad tile 128 vocab x 128 hidden, 2 blocks of 16
+      tokens per dot step, each block's high part and residual (a K=64 MMA chain: fewer, fuller loop
+      iterations than one 16-token block each).
     """
 
     bm: int = 128
@@ -452,7 +459,7 @@ class LinearLogpTiles:
     dx_stages: int = 3
     wg_bn: int = 128
     wg_bh: int = 128
-    wg_blocks_per_step: int = 4
+    wg_blocks_per_step: int = 2
     wg_warps: int = 8
     wg_stages: int = 3
 
@@ -589,8 +596,9 @@ def _linear_bwd(
     ieee = x.dtype == torch.float32
     chunk = min(tiles.bwd_chunk, triton.cdiv(vocab, tiles.bv) * tiles.bv)
     nchunk = triton.cdiv(vocab, chunk)
-    dl = torch.empty((t, chunk), dtype=x.dtype, device=dev)
-    dl_lo = torch.empty((t, chunk), dtype=x.dtype, device=dev) if need_w else dl  # dl: never written then
+    dl = torch.empty((t, chunk), dtype=x.dtype, device=dev)  # dlogits in x's dtype (dx and wgrad)
+    # its rounding residual, for wgrad only (without wgrad the kernel never writes it: dl stands in)
+    dl_lo = torch.empty((t, chunk), dtype=x.dtype, device=dev) if need_w else dl
     dx = acc = None
     if need_x:
         dx = torch.empty((t, h), dtype=x.dtype, device=dev)
@@ -672,6 +680,7 @@ def _linear_bwd(
                 BN=tiles.wg_bn,
                 BH=tiles.wg_bh,
                 ROWS_PER_STEP=WGRAD_BLOCK * step,
+                BLOCK=WGRAD_BLOCK,
                 IEEE=ieee,
                 num_warps=tiles.wg_warps,
                 num_stages=tiles.wg_stages,
