@@ -246,6 +246,7 @@ def _run_matrix(
         *args,
         "--out",
         str(out),
+        "--force",  # the session owns its evidence folder: a rerun replaces its own last run
         success_codes=codes,
         env=env,
         external=True,
@@ -385,7 +386,7 @@ def _gpu_matrix(
     model_args = [] if model == "qwen3-8b" else ["--model", model]
     with _step(session, f"matrix {profile} ({model})"):
         session.run(
-            "ws1", "matrix", "--profile", profile, *model_args, *tier_args, "--out", str(pdir),
+            "ws1", "matrix", "--profile", profile, *model_args, *tier_args, "--out", str(pdir), "--force",
             success_codes=[0, 1], env=env, external=True,
         )  # fmt: skip
     evidence = sorted(p for p in pdir.glob("*.json") if not p.name.endswith(".partial.json"))
@@ -460,7 +461,7 @@ def gate(session: nox.Session) -> None:
     merged = out / "merged.json"
     # the contract and manifest of this checkout: the gate compares the evidence's fingerprints with them
     refs = ["--contract", str(ROOT / "contracts" / "tolerance.json"), "--manifest", str(MANIFEST)]
-    session.run("ws1", "merge", *session.posargs, "--out", str(merged), external=True)
+    session.run("ws1", "merge", *session.posargs, "--out", str(merged), "--force", external=True)
     session.run("ws1", "report", str(merged), "--out", str(out), external=True)
     session.run(
         "ws1", "gate", "--full", *refs, str(merged), external=True

@@ -28,9 +28,9 @@ step() {  # step NAME LIMIT_S COMMAND...: run with a limit, log, print the wall 
 tiers=(--tier short --tier primary --tier long)
 for s in "$@"; do
   case "$s" in
-    native) step native "${NATIVE_LIMIT:-240}" ws1 matrix --profile native_torch "${tiers[@]}" --cell-timeout 120 --out "$ev/native_torch"
+    native) step native "${NATIVE_LIMIT:-240}" ws1 matrix --profile native_torch "${tiers[@]}" --cell-timeout 120 --out "$ev/native_torch" --force
             ws1 report "$ev"/native_torch/*.json --out "$ev/native_torch" > /dev/null ;;
-    triton) step triton "${TRITON_LIMIT:-420}" ws1 matrix --profile triton_cuda_bf16 "${tiers[@]}" --cell-timeout 150 --out "$ev/triton_cuda_bf16"
+    triton) step triton "${TRITON_LIMIT:-420}" ws1 matrix --profile triton_cuda_bf16 "${tiers[@]}" --cell-timeout 150 --out "$ev/triton_cuda_bf16" --force
             ws1 report "$ev"/triton_cuda_bf16/*.json --out "$ev/triton_cuda_bf16" > /dev/null
             ws1 gate "$ev"/triton_cuda_bf16/*.json | head -40 ;;
     tests)  step tests "${TESTS_LIMIT:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE tests ;;

@@ -326,9 +326,9 @@ def test_report_renders_a_bench_file(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--profile", "native_torch", "--shape", "no_such_shape"], "unknown shape"),
         (["--profile", "native_torch", "--device", "tpu"], "invalid choice"),
         (["--profile", "native_torch", "--model", "no_such_model"], "unknown model"),
-        (["--profile", "native_torch", "--m", "0"], "--m must be >= 1"),
+        (["--profile", "native_torch", "--m", "0"], "--m: must be >= 1"),
         (["--profile", "native_torch", "--m", "1", "--m", "1"], "given twice"),
-        (["--profile", "native_torch", "--m", "x"], "invalid int"),
+        (["--profile", "native_torch", "--m", "x"], "not an integer"),
         (["--profile", "native_torch", "--op", "attention", "--m", "1500"], "multiple"),
         (
             ["--profile", "native_torch", "--op", "silu", "--shape", "down"],

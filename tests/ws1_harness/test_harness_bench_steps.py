@@ -211,7 +211,7 @@ def test_cli_writes_step_rows_and_report_shows_them(tmp_path: Path, capsys: pyte
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        (["--op", "train_step", "--layers", "0"], "--layers 0"),
+        (["--op", "train_step", "--layers", "0"], "--layers: must be >= 1"),
         (["--op", "decode_step", "--layers", "3"], "--layers 3"),  # tiny has 2 layers
         (["--op", "train_step", "--tokens", "0"], "--tokens"),
         (["--op", "decode_step", "--batch", "0"], "--batch"),

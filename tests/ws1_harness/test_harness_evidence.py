@@ -55,11 +55,22 @@ def test_partial_file_survives_a_crash(factory) -> None:
     assert len(read_evidence(writer.partial_path, tolerate_torn_tail=True)["cells"]) == 1
 
 
-def test_stale_final_file_is_removed_at_start(factory) -> None:
+def test_existing_final_file_is_refused_without_force(factory) -> None:
     writer, _ = factory.write("stale")
-    assert writer.path.exists()
-    factory.write("stale", finalise=False)
-    assert not writer.path.exists() and partial_path_for(writer.path).exists()
+    before = writer.path.read_bytes()
+    with pytest.raises(EvidenceError, match="--force"):
+        factory.write("stale", finalise=False)
+    assert writer.path.read_bytes() == before
+
+
+def test_forced_writer_keeps_the_final_file_until_it_finalises(factory) -> None:
+    """A run once deleted the complete file at start-up; with --force it is replaced only by finalise()."""
+    writer, _ = factory.write("kept")
+    before = writer.path.read_bytes()
+    again = EvidenceWriter(writer.path, writer.header, force=True)
+    assert writer.path.read_bytes() == before and partial_path_for(writer.path).exists()
+    again.close()
+    assert writer.path.read_bytes() == before  # interrupted: nothing complete was touched
 
 
 def test_writer_refuses_duplicate_and_foreign_cells(factory) -> None:

@@ -31,7 +31,7 @@ def test_report_of_a_crashed_run(factory, tmp_path: Path) -> None:
     keys = list(factory.Synth().expected())[:3]
     writer, _ = factory.write("crashed", factory.Synth(only=keys), finalise=False)
     md, png = write_report(writer.partial_path, tmp_path / "rep")
-    assert md.name == "crashed.report.md" and png.is_file()
+    assert md.name == "crashed.partial.report.md" and png.is_file()  # never the complete file's report
     assert "finalised=false" in md.read_text()
 
 
@@ -67,13 +67,17 @@ def test_report_lists_where_bits_differ() -> None:
             "tier": "primary",
             "judgment": "forward_invariance",
             "layout": "split_1",
-            "tensor": "split_1",
+            "tensor": "output",
             "reason": "bits_differ",
             "n_mismatch": 3,
             "n_total": 10,
             "first_key": [2, 5],
         }
     ]
+    # a gradient comparison is named `<layout>.<tensor>`: the tensor column shows the tensor, not the layout
+    grad = cell["layouts"][1]["diagnostics"].pop("split_1")
+    cell["layouts"][1]["diagnostics"]["split_1.d_weight"] = grad
+    assert [(r["layout"], r["tensor"]) for r in mismatches({"cells": [cell]})] == [("split_1", "d_weight")]
     cell["layouts"][1]["passed"] = True
     assert mismatches({"cells": [cell]}) == []
 

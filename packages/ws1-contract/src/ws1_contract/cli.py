@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from .console import quiet_broken_pipe
 from .contract import Contract, load_contract
 from .errors import ContractError
 
@@ -79,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ContractError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # the reader left (`| head -1`): quiet, never a traceback
+        return quiet_broken_pipe()
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m ws1_contract.cli`

@@ -7,6 +7,7 @@ that way could hide a threshold. Here both are errors, and every read error name
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -47,10 +48,21 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(literal: str) -> float:
+    """A JSON number that overflows a double (`1e400`) would read as inf, which canonical JSON cannot hold:
+    refused here, where the file is known (it once surfaced later as "not canonical JSON", naming no file)."""
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"number {literal} is out of range of a double")
+    return value
+
+
 def parse_json(text: str, source: str) -> Any:
     """Parse JSON text strictly (no NaN/Infinity, no duplicate keys); ContractError names source:line:col."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        return json.loads(
+            text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite_float
+        )
     except json.JSONDecodeError as exc:
         raise ContractError(f"invalid JSON: {exc.msg}", f"{source}:{exc.lineno}:{exc.colno}") from exc
     except (_DuplicateKey, ValueError) as exc:
@@ -62,6 +74,8 @@ def parse_json(text: str, source: str) -> Any:
 def read_json(path: str | Path) -> Any:
     """Read and strictly parse a JSON file; every failure is a one-line ContractError naming the file."""
     where = str(path)
+    if not where.strip():  # Path("") is the current folder: `--contract ""` once read "is a directory"
+        raise ContractError("the path is empty: name a JSON file", "''")
     try:
         raw = Path(path).read_bytes()
     except FileNotFoundError as exc:

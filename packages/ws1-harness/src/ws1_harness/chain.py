@@ -170,9 +170,9 @@ class Chain:
         registry.candidates(settings.profile)  # an unknown profile likewise
         self.device = settings.device or registry.preferred_device(settings.profile, "attention")
         if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
-            raise ChainError(
-                f"ws1 chain: profile {settings.profile!r} runs on CUDA and no CUDA device is visible"
-            )
+            # say who asked for CUDA: `--device cuda` on a CPU profile once read "the profile runs on CUDA"
+            who = "--device cuda:" if settings.device else f"profile {settings.profile!r} runs on CUDA, and"
+            raise ChainError(f"ws1 chain: {who} no CUDA device is visible")
         qwen3.Runtime.resolve(
             settings.profile, self.device
         )  # every chain node has a candidate here, or exit 2
@@ -722,11 +722,21 @@ def _rollout_summary(ro: RolloutRun, chunk_size: int, max_running: int) -> dict[
     }
 
 
-def run_chain(settings: ChainSettings | Chain) -> ChainResult:
-    """Every tier of one run (the evidence writer adds the provenance when the cells are written)."""
+def run_chain(
+    settings: ChainSettings | Chain, on_cell: Callable[[ChainCell], None] | None = None
+) -> ChainResult:
+    """Every tier of one run (the evidence writer adds the provenance when the cells are written).
+
+    `on_cell` sees each tier's cell as soon as it is judged: `run_cli` writes it to the partial file at once,
+    so an interrupted run keeps the tiers it finished (it once lost them all)."""
     chain = settings if isinstance(settings, Chain) else Chain(settings)
     settings = chain.settings
-    cells = [chain.cell(tier) for tier in chain.tiers]
+    cells = []
+    for tier in chain.tiers:
+        cell = chain.cell(tier)
+        cells.append(cell)
+        if on_cell is not None:
+            on_cell(cell)
     m = chain.manifest
     return ChainResult(
         profile=chain.profile_label,
@@ -762,17 +772,23 @@ def write_result(
         check_outside_checkout(path)
     if path.exists() and not force:
         raise ChainError(f"ws1 chain: {path} exists (pass --force to replace it)")
-    wl = result.workload
-    header = EvidenceHeader(
-        workload=WorkloadRef(wl["workload_id"], wl["fingerprint"], wl["revision"]),
-        contract_fingerprint=result.contract["fingerprint"],
-        command=" ".join(shlex.quote(portable_path(a)) for a in (argv or ["ws1", "chain"])),
-        axes=Axes.build([], [], [], [], {}),
-    )
-    with EvidenceWriter(path, header, allow_in_checkout=allow_in_checkout, argv=argv) as writer:
+    header = _chain_header(result.workload, result.contract, argv)
+    with EvidenceWriter(path, header, allow_in_checkout=allow_in_checkout, argv=argv, force=force) as writer:
         for cell in result.cells:
             writer.write_chain_cell(cell.to_json())
         return writer.finalise()
+
+
+def _chain_header(
+    workload: dict[str, Any], contract: dict[str, Any], argv: Sequence[str] | None
+) -> EvidenceHeader:
+    """The evidence header of a chain file: no matrix axes (a chain file adds no matrix cell to a merge)."""
+    return EvidenceHeader(
+        workload=WorkloadRef(workload["workload_id"], workload["fingerprint"], workload["revision"]),
+        contract_fingerprint=contract["fingerprint"],
+        command=" ".join(shlex.quote(portable_path(a)) for a in (argv or ["ws1", "chain"])),
+        axes=Axes.build([], [], [], [], {}),
+    )
 
 
 def summary_lines(result: ChainResult, path: Path) -> list[str]:
@@ -812,10 +828,27 @@ def run_cli(args: Any, argv: Sequence[str]) -> int:
         raise ChainError(f"ws1 chain: {path} exists (pass --force to replace it)")
     if not args.allow_in_checkout:
         check_outside_checkout(path)
-    result = run_chain(chain)
-    path = write_result(
-        result, path, force=args.force, allow_in_checkout=args.allow_in_checkout, argv=["ws1", *argv]
+    m = chain.manifest
+    header = _chain_header(
+        {"workload_id": m.workload_id, "revision": m.revision, "fingerprint": m.fingerprint},
+        {"fingerprint": chain.contract.fingerprint},
+        ["ws1", *argv],
     )
+    # each tier's cell goes to the partial file as soon as it is judged (an interrupt keeps them there)
+    writer = EvidenceWriter(
+        path, header, allow_in_checkout=args.allow_in_checkout, argv=["ws1", *argv], force=args.force
+    )
+    try:
+        result = run_chain(chain, on_cell=lambda cell: writer.write_chain_cell(cell.to_json()))
+        path = writer.finalise()
+    except KeyboardInterrupt:
+        print(
+            f"ws1 chain: interrupted; the tiers judged so far are kept in {writer.partial_path}",
+            file=sys.stderr,
+        )
+        raise
+    finally:
+        writer.close()
     verdict = gate(path)  # the judgment `ws1 gate FILE` makes, re-derived from what was written
     q = shlex.quote(str(path))
     emit("\n".join([*summary_lines(result, path), verdict.lines[0], f"next: ws1 gate {q}; ws1 report {q}"]))

@@ -43,9 +43,14 @@ def add_chain_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
 
 def run_cli(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Check `--out` before torch is imported, then run the chain: exit 0 pass, 1 a failed judgment."""
-    from ws1_harness.cli import out_dir
+    from ws1_harness.cli import UsageError, out_dir, require_run_extra
 
-    out_dir(args.out, "chain")
+    require_run_extra("chain")  # one line naming what is missing, never "internal error"
+    tiers = args.tier or []
+    repeated = sorted({t for t in tiers if tiers.count(t) > 1})
+    if repeated:  # refused up front, as matrix and bench do (the run once did the tier, then failed)
+        raise UsageError(f"ws1 chain: --tier {repeated[0]} given more than once")
+    out_dir(args.out, "chain", allow_in_checkout=args.allow_in_checkout)
     from ws1_harness import chain
 
     return chain.run_cli(args, argv)

@@ -14,6 +14,7 @@ exits non-zero. A reader that closes the pipe (`ws1 gate FILE | head -2`) silenc
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import sys
@@ -48,12 +49,13 @@ def _shard(value: str) -> tuple[int, int]:
     return i, n
 
 
-def out_dir(value: str, command: str, *, create: bool = True) -> Path:
+def out_dir(value: str, command: str, *, create: bool = True, allow_in_checkout: bool = True) -> Path:
     """An `--out` directory that exists (created here unless `create` is false) and is writable, or one
     UsageError line saying why not.
 
     An empty value once wrote into the current folder, and a file (or a path under a file, or /proc) ended in
-    "internal error: FileExistsError".
+    "internal error: FileExistsError". Unless `allow_in_checkout`, a directory inside the git checkout (not
+    ignored) is refused before it is created: the refusal once came after the directory had been made.
     """
     where = f"ws1 {command}: --out {value!r}"
     if not value.strip():
@@ -65,6 +67,10 @@ def out_dir(value: str, command: str, *, create: bool = True) -> Path:
             raise UsageError(f"{where} {what}, not a directory")
     if not create:
         return path
+    if not allow_in_checkout:
+        from ws1_harness.evidence import check_outside_checkout
+
+        check_outside_checkout(path / "probe.json")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -76,7 +82,7 @@ def out_dir(value: str, command: str, *, create: bool = True) -> Path:
     return path
 
 
-def out_file(value: str, command: str, inputs: Sequence[str] = ()) -> Path:
+def out_file(value: str, command: str, inputs: Sequence[str] = (), *, allow_in_checkout: bool = True) -> Path:
     """An `--out` JSON file whose folder is usable and that is none of the `inputs` (never overwrite an input)."""
     where = f"ws1 {command}: --out {value!r}"
     if not value.strip():
@@ -86,7 +92,7 @@ def out_file(value: str, command: str, inputs: Sequence[str] = ()) -> Path:
     path = Path(value)
     if path.is_dir():
         raise UsageError(f"{where} is a directory, not a file")
-    out_dir(str(path.parent), command)
+    out_dir(str(path.parent), command, allow_in_checkout=allow_in_checkout)
     target = path.resolve()
     for given in inputs:
         if Path(given).resolve() == target:
@@ -95,13 +101,39 @@ def out_file(value: str, command: str, inputs: Sequence[str] = ()) -> Path:
 
 
 def _positive(value: str) -> float:
+    """A finite number > 0 (`inf` and `1e400` once ended in "internal error: OverflowError")."""
     try:
         x = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {value!r}")
+    if not (x > 0 and math.isfinite(x)):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0: {value!r}")
     return x
+
+
+def _positive_int(value: str) -> int:
+    """An integer >= 1 (`--mm-n -4` once recorded an error ceiling and exited 0; 0 silently meant 512)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1: {value!r}")
+    return n
+
+
+def _attach_dash_values(argv: list[str]) -> list[str]:
+    """`--shard -1/2` as `--shard=-1/2`: argparse took the value for an option ("expected one argument")."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in ("--shard", "--expect-commit") and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m.add_argument("--candidates", help="module:attr of an extra candidate registry (tests, experiments)")
     m.add_argument("--allow-in-checkout", action="store_true", help="allow writing inside the git checkout")
+    m.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing evidence file (kept until the new run completes) or interrupted run's cells",
+    )
     m.add_argument(
         "--cell-timeout",
         type=_positive,
@@ -156,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("shards", nargs="+")
     g.add_argument("--out", required=True, help="merged evidence file (.json)")
     g.add_argument("--allow-in-checkout", action="store_true", help="allow writing inside the git checkout")
+    g.add_argument("--force", action="store_true", help="replace an existing --out file")
 
     t = sub.add_parser("gate", help="judge an evidence file: exit 0 pass, 1 red, 2 bad input, 3 pending only")
     t.add_argument("file")
@@ -197,7 +235,9 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
         help="operator to time, or train_step / decode_step (repeatable; default: every operator, no step)",
     )
     b.add_argument("--shape", action="append", help="shape name to time (repeatable, e.g. down, lm_head)")
-    b.add_argument("--m", action="append", type=int, help="rows M of a call (repeatable; default per op)")
+    b.add_argument(
+        "--m", action="append", type=_positive_int, help="rows M of a call (repeatable; default per op)"
+    )
     b.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if available, else cpu")
     b.add_argument("--model", default="qwen3-8b", help="model widths from the manifest (default qwen3-8b)")
     b.add_argument("--out", required=True, help="directory for bench-<profile>-<device>.json and .md")
@@ -207,16 +247,27 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     b.add_argument("--warmup-ms", type=_positive, default=25.0, help="timer warm-up per measurement (ms)")
     b.add_argument("--rep-ms", type=_positive, default=100.0, help="timed repetitions per measurement (ms)")
     b.add_argument("--copy-mib", type=_positive, help="copy-ceiling buffer (MiB; default 2048 CUDA, 64 CPU)")
-    b.add_argument("--mm-n", type=int, help="mm-ceiling size n of bf16 n^3 (default 8192 CUDA, 512 CPU)")
-    b.add_argument("--attn-seq", type=int, default=1024, help="attention sample length S (default 1024)")
     b.add_argument(
-        "--layers", type=int, help="train_step/decode_step: first L layers of the model (default 4)"
+        "--mm-n", type=_positive_int, help="mm-ceiling size n of bf16 n^3 (default 8192 CUDA, 512 CPU)"
     )
-    b.add_argument("--tokens", type=int, help="train_step: packed tokens of the training call (default 8192)")
     b.add_argument(
-        "--batch", action="append", type=int, help="decode_step: batch (repeatable; default 1, 64, 256)"
+        "--attn-seq", type=_positive_int, default=1024, help="attention sample length S (default 1024)"
     )
-    b.add_argument("--cache", type=int, help="decode_step: cached tokens per request (default 4096)")
+    b.add_argument(
+        "--layers", type=_positive_int, help="train_step/decode_step: first L layers of the model (default 4)"
+    )
+    b.add_argument(
+        "--tokens", type=_positive_int, help="train_step: packed tokens of the training call (default 8192)"
+    )
+    b.add_argument(
+        "--batch",
+        action="append",
+        type=_positive_int,
+        help="decode_step: batch (repeatable; default 1, 64, 256)",
+    )
+    b.add_argument(
+        "--cache", type=_positive_int, help="decode_step: cached tokens per request (default 4096)"
+    )
 
 
 # What the execution commands need beyond the torch-free verdict side (`pip install "ws1-harness[run]"`).
@@ -235,7 +286,8 @@ def require_run_extra(command: str) -> None:
     if missing:
         raise UsageError(
             f"ws1 {command}: needs {', '.join(missing)}, which this install lacks "
-            '(pip install "ws1-harness[run]", or the editable packages; docs/architecture.md)'
+            "(from a checkout: pip install -e packages/ws1-contract -e packages/ws1-workload "
+            '-e packages/ws1-kernels -e "packages/ws1-harness[run]"; the packages are on no index)'
         )
 
 
@@ -243,17 +295,24 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     import importlib
 
     require_run_extra("matrix")
-    out_dir(args.out, "matrix")  # before torch is imported: a typo costs no time
+    out_dir(
+        args.out, "matrix", allow_in_checkout=args.allow_in_checkout
+    )  # before torch: a typo costs no time
     matrix = importlib.import_module("ws1_harness.matrix")  # lazy: needs torch and the kernels
     return int(matrix.run_matrix(args))
 
 
 def _cmd_merge(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from ws1_harness.evidence import write_evidence_json
+    from ws1_harness.evidence import check_outside_checkout, refuse_existing, write_evidence_json
     from ws1_harness.merge import merge
 
     command = "ws1 " + " ".join(shlex.quote(a) for a in argv)
-    out = out_file(args.out, "merge", args.shards)  # before any work, and never one of the shards
+    # before any work, never one of the shards, and no folder made inside the checkout before a refusal
+    out = out_file(args.out, "merge", args.shards, allow_in_checkout=args.allow_in_checkout)
+    if not args.allow_in_checkout:
+        check_outside_checkout(out)
+    if not args.force:
+        refuse_existing(out, "an evidence file")  # a merge once replaced an unrelated 333 KB file silently
     doc = merge(args.shards, command=command)
     path = write_evidence_json(doc, out, allow_in_checkout=args.allow_in_checkout)
     emit(f"ws1 merge: {len(args.shards)} shards, {doc['counts']['total']} cells -> {path}")
@@ -288,7 +347,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.out is not None:  # its shape now; write_report checks the checkout before it creates the folder
         out_dir(args.out, "report", create=False)
     if is_bench_file(args.file):
-        emit(f"ws1 report: {write_bench_report(args.file, args.out)}")
+        emit(
+            f"ws1 report: {write_bench_report(args.file, args.out, allow_in_checkout=args.allow_in_checkout)}"
+        )
         return 0
     md, png = write_report(args.file, args.out, allow_in_checkout=args.allow_in_checkout)
     emit(f"ws1 report: {md} {png}")
@@ -304,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `ws1`. Returns the exit code (also used as the process exit status)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(_attach_dash_values(argv))
         if args.command == "matrix":
             return _cmd_matrix(args)
         if args.command == "merge":

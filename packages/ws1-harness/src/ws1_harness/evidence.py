@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ from ws1_harness.status import CellStatus
 # 2: arch-labelled profiles, per-cell device; 3: checks, cells digests, plug-in sources; 4: chain cells
 SCHEMA_VERSION = 4
 PARTIAL_SUFFIX = ".partial.jsonl"
+#: The largest evidence file read (the full-width matrix of one profile is about 0.5 MB; a merge of every
+#: profile and arch a few MB): refused before reading, so a wrong path cannot exhaust memory.
+MAX_EVIDENCE_BYTES = 256 * 2**20
 
 
 class EvidenceError(HarnessError):
@@ -389,6 +393,14 @@ def read_evidence(path: str | Path, *, tolerate_torn_tail: bool = False) -> dict
     p = Path(path)
     source = str(p)
     try:
+        info = p.stat()
+        if not stat.S_ISREG(info.st_mode):  # /dev/zero once read until MemoryError
+            raise EvidenceError(f"{source}: not a regular file")
+        if info.st_size > MAX_EVIDENCE_BYTES:
+            raise EvidenceError(
+                f"{source}: {info.st_size / 2**20:.0f} MiB, above the {MAX_EVIDENCE_BYTES // 2**20} MiB an "
+                "evidence file may hold"
+            )
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise EvidenceError(f"{source}: no such file") from None
@@ -414,6 +426,12 @@ def load_evidence(path: str | Path) -> dict[str, Any]:
 
 def file_sha256(path: str | Path) -> str:
     return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def refuse_existing(path: Path, what: str) -> None:
+    """One line refusing to write over `path` (which holds `what`) without `--force`: nothing is lost silently."""
+    if path.exists():
+        raise EvidenceError(f"{path} exists ({what}): pass --force to replace it, or name another --out")
 
 
 def write_evidence_json(doc: Mapping[str, Any], path: str | Path, *, allow_in_checkout: bool = False) -> Path:
@@ -451,9 +469,11 @@ class EvidenceWriter:
     """Writes one run's evidence: each cell is appended and fsync'd as soon as it is known; `finalise()`
     turns the partial file into the complete, validated JSON.
 
-    `path` is the final JSON path (`dir/name.json`); the partial file is `dir/name.partial.jsonl`. A stale
-    final file at `path` is removed at start, so a crash can never leave an old complete file beside the new
-    partial one.
+    `path` is the final JSON path (`dir/name.json`); the partial file is `dir/name.partial.jsonl`. An existing
+    final or partial file is refused unless `force`; with `force` a complete file at `path` stays untouched
+    until `finalise()` replaces it atomically, so an interrupted run never deletes complete evidence (it once
+    removed it at start-up and left a header-only partial file). The report and heatmap of the file replaced
+    are removed with it: they described the old run.
     """
 
     def __init__(
@@ -463,6 +483,7 @@ class EvidenceWriter:
         *,
         allow_in_checkout: bool = False,
         argv: Sequence[str] | None = None,
+        force: bool = False,
     ) -> None:
         self.path = Path(path)
         if not self.path.name.endswith(".json"):
@@ -471,6 +492,10 @@ class EvidenceWriter:
             check_outside_checkout(self.path)
         self.allow_in_checkout = allow_in_checkout
         self.partial_path = partial_path_for(self.path)
+        if not force:
+            refuse_existing(self.path, "a complete evidence file")
+            refuse_existing(self.partial_path, "the cells of an interrupted run")
+        self.force = force
         self.header = header
         self._doc: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
@@ -491,7 +516,6 @@ class EvidenceWriter:
         # Validate the header now (with no cells) so a bad header fails before any work is done.
         validate_evidence({**self._doc, "counts": counts_of([]), "cells": []}, str(self.partial_path))
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.unlink(missing_ok=True)
         self._file = open(self.partial_path, "w", encoding="utf-8")  # noqa: SIM115 - held open across cells
         self._append({"record": "header", "evidence": self._doc})
         _fsync_dir(self.path.parent)
@@ -555,7 +579,12 @@ class EvidenceWriter:
             "chain_cells_digest": cells_digest(self._chain_cells),
         }
         self.close()
+        replaced = self.path.exists()
         write_evidence_json(doc, self.path, allow_in_checkout=self.allow_in_checkout)
+        if replaced:  # the old run's report and heatmap would describe cells this file no longer holds
+            stem = self.path.name[: -len(".json")]
+            for stale in (f"{stem}.report.md", f"{stem}.heatmap.png"):
+                (self.path.parent / stale).unlink(missing_ok=True)
         self._finalised = True
         self.partial_path.unlink(missing_ok=True)
         _fsync_dir(self.path.parent)

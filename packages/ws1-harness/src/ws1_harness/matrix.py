@@ -71,8 +71,15 @@ def plan(args: argparse.Namespace) -> Plan:
     if args.candidates:
         try:
             load_plugin(args.candidates)
+        except SystemExit as exc:  # a plug-in that exits on import once made the run exit 3 ("pending only")
+            raise _fail(
+                f"--candidates {args.candidates}: the module called sys.exit({exc.code!r}) on import"
+            ) from None
         except Exception as exc:
-            raise _fail(f"--candidates {args.candidates}: {str(exc).splitlines()[0]}") from None
+            text = str(exc).splitlines()
+            raise _fail(
+                f"--candidates {args.candidates}: {text[0] if text else type(exc).__name__}"
+            ) from None
     known_profiles = set(registry.profiles()) | set(manifest.profiles)
     if args.profile not in known_profiles:
         raise _fail(f"unknown profile {args.profile!r} (known: {', '.join(sorted(known_profiles))})")
@@ -113,6 +120,10 @@ def plan(args: argparse.Namespace) -> Plan:
     ]
     if args.shard is not None:
         index, count = args.shard
+        if not tasks[index::count]:  # an empty shard once exited 0 with a file of no cells
+            raise _fail(
+                f"--shard {index}/{count}: holds no unit (the run has {len(tasks)}); use n <= {len(tasks)}"
+            )
         tasks = tasks[index::count]
     return Plan(manifest, args.profile, operators, tiers, tuple(tasks), args.shard, device, arch_label)
 
@@ -260,7 +271,12 @@ def run_matrix(args: argparse.Namespace) -> int:
     out = Path(args.out)
     path = evidence_path(out, p.profile_label, p.shard)
     limit = args.cell_timeout or DEFAULT_CELL_TIMEOUT_S
-    writer = EvidenceWriter(path, header, allow_in_checkout=bool(getattr(args, "allow_in_checkout", False)))
+    writer = EvidenceWriter(
+        path,
+        header,
+        allow_in_checkout=bool(getattr(args, "allow_in_checkout", False)),
+        force=bool(getattr(args, "force", False)),
+    )
     pool = None if args.in_process else WorkerPool()
     written: list[dict[str, Any]] = []
     started = time.perf_counter()

@@ -257,9 +257,12 @@ def mismatches(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
         for lr in cell.get("layouts", ()):
             if lr["passed"]:
                 continue
-            for tensor, comp in lr.get("diagnostics", {}).items():
+            for name, comp in lr.get("diagnostics", {}).items():
                 if not isinstance(comp, Mapping) or comp.get("passed", True):
                     continue
+                # comparisons are named `<layout>` (the forward output) or `<layout>.<tensor>` (a gradient);
+                # the table once showed the layout name in its tensor column
+                tensor = name.split(".", 1)[1] if "." in name else "output"
                 diag = comp.get("diagnostics", {})
                 out.append(
                     {
@@ -433,10 +436,13 @@ def heatmap_title(doc: Mapping[str, Any], name: str, verdict: str) -> str:
 
 
 def report_stem(path: Path) -> str:
+    """`name` for `name.json`, `name.partial` for `name.partial.jsonl`: the report of an interrupted run's
+    partial file never overwrites the report of the complete file beside it."""
     name = path.name
-    for suffix in (PARTIAL_SUFFIX, ".json"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
+    if name.endswith(PARTIAL_SUFFIX):
+        return name[: -len(PARTIAL_SUFFIX)] + ".partial"
+    if name.endswith(".json"):
+        return name[: -len(".json")]
     return name
 
 

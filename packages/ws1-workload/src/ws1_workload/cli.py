@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ws1_contract import ContractError
+from ws1_contract.console import quiet_broken_pipe
 
 from .digest import fixture_digest, layout_digest
 from .errors import WorkloadError
@@ -173,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (WorkloadError, ContractError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader left (`| head -c 600`): quiet, never a traceback
+        return quiet_broken_pipe()
 
 
 if __name__ == "__main__":

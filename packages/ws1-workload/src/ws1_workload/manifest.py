@@ -238,17 +238,22 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
     return _build(doc, source)
 
 
-def _check_finite(node: Any, path: str, source: str) -> None:
+def _check_finite(node: Any, path: str, source: str, _open: frozenset[int] = frozenset()) -> None:
     """Refuse NaN and infinities anywhere (`.nan`, `.inf` are valid YAML): the schema's bounds let NaN through,
-    and the fingerprint (canonical JSON) cannot hold them. The message names the field."""
+    and the fingerprint (canonical JSON) cannot hold them. The message names the field.
+
+    Also refuses a node that contains itself (a YAML anchor used inside its own value, `a: &a [*a]`): it once
+    ended in a RecursionError traceback."""
     if isinstance(node, float) and not math.isfinite(node):
         raise _fail(source, path, f"must be a finite number, found {node!r}")
-    if isinstance(node, dict):
-        for key, value in node.items():
-            _check_finite(value, f"{path}.{key}", source)
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            _check_finite(value, f"{path}[{i}]", source)
+    if isinstance(node, (dict, list)):
+        if id(node) in _open:
+            raise _fail(source, path, "a YAML anchor refers to itself (the document would be infinite)")
+        inner = _open | {id(node)}
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            sub = f"{path}.{key}" if isinstance(node, dict) else f"{path}[{key}]"
+            _check_finite(value, sub, source, inner)
 
 
 def _check_model_bounds(doc: Mapping[str, Any], source: str) -> None:

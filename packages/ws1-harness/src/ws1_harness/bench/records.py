@@ -186,13 +186,20 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_bench_report(path: str | Path, out_dir: str | Path | None = None) -> Path:
-    """`ws1 report` on a bench file: `<stem>.report.md` beside it (or in `out_dir`)."""
+def write_bench_report(
+    path: str | Path, out_dir: str | Path | None = None, *, allow_in_checkout: bool = False
+) -> Path:
+    """`ws1 report` on a bench file: `<stem>.report.md` beside it (or in `out_dir`); inside the git checkout
+    only with `allow_in_checkout`, like every other ws1 output (it once wrote there unasked)."""
+    from ws1_harness.evidence import check_outside_checkout
+
     p = Path(path)
     doc = read_bench(p)
     directory = Path(out_dir) if out_dir is not None else p.parent
     stem = p.name[: -len(".json")] if p.name.endswith(".json") else p.name
     md = directory / f"{stem}.report.md"
+    if not allow_in_checkout:
+        check_outside_checkout(md)
     write_atomic(md, render_markdown(doc, p.name))
     return md
 

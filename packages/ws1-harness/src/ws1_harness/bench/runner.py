@@ -105,7 +105,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         profile=args.profile,
         device=device,
         model=args.model,
-        out=Path(args.out),
+        out=Path(args.out) if args.out.strip() else Path(""),
         ops=tuple(args.op) if args.op else None,
         shapes=tuple(args.shape) if args.shape else None,
         ms=tuple(args.m) if args.m else None,
@@ -134,6 +134,8 @@ def check_outputs(opts: Options) -> tuple[Path, Path]:
     from ws1_harness.evidence import EvidenceError, check_outside_checkout
 
     paths = output_paths(opts)
+    if not str(opts.out).strip() or str(opts.out) == ".":  # `--out ""` once wrote into the current folder
+        raise _fail("--out is empty: name a directory outside the checkout")
     if opts.out.exists() and not opts.out.is_dir():
         raise _fail(f"--out {opts.out} is not a directory")
     for p in paths:
