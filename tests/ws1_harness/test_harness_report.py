@@ -188,3 +188,83 @@ def test_heatmap_has_a_glyph_per_cell_counts_in_the_legend_and_outlined_gaps(fac
 
     fig.savefig(writer.path.parent / "heat.png")
     assert not [w for w in recwarn if "Glyph" in str(w.message)]  # every glyph exists in the font
+
+
+def _accuracy_cell(op: str, judgment: str, status: str, ratio: float | None, max_abs: float) -> dict:
+    diag = {"atol": 0.01, "rtol": 0.0, "max_abs": max_abs}
+    if ratio is not None:
+        diag["max_rule_ratio"] = ratio
+    return {
+        "profile": "p",
+        "operator": op,
+        "tier": "short",
+        "judgment": judgment,
+        "status": status,
+        "diagnostics": {"output": {"passed": status == "green", "diagnostics": diag}},
+    }
+
+
+def test_accuracy_margins_rank_by_the_rule_and_skip_invariance() -> None:
+    """A green cell once showed no margin: the report ranks accuracy comparisons by how close they came."""
+    from ws1_harness.report import accuracy_margins
+
+    doc = {
+        "cells": [
+            _accuracy_cell("silu", "forward_accuracy", "green", 0.2, 0.002),
+            _accuracy_cell("rope", "gradient_accuracy", "green", 0.9, 0.009),
+            _accuracy_cell("attention", "forward_invariance", "red", 5.0, 1.0),  # not an accuracy judgment
+            _accuracy_cell(
+                "embedding", "forward_accuracy", "green", None, 0.005
+            ),  # older file: max_abs / atol
+        ]
+    }
+    rows = accuracy_margins(doc)
+    assert [(r["operator"], round(r["ratio"], 2), r["of_rule"]) for r in rows] == [
+        ("rope", 0.9, True),
+        ("embedding", 0.5, False),
+        ("silu", 0.2, True),
+    ]
+
+
+def test_comparison_records_how_close_it_came_to_the_rule(forward_spec) -> None:
+    import torch
+
+    from ws1_harness.compare import tolerance_check
+
+    ref = torch.tensor([1.0, 2.0, -4.0, 0.5])
+    bound = forward_spec.atol + forward_spec.rtol * ref.abs()
+    cand = (ref + bound * torch.tensor([0.0, 0.5, -0.75, 0.25])).to(torch.bfloat16)
+    got = tolerance_check(cand, ref, forward_spec).diagnostics["max_rule_ratio"]
+    want = float(((cand.float() - ref).abs() / bound).max())
+    assert abs(got - want) < 1e-6 and got < 1.0
+
+
+def test_heatmap_draws_chain_cells() -> None:
+    """A chain-only file once drew an empty frame, and chain cells never appeared in a heatmap."""
+    from ws1_harness.report import _heatmap_grid
+
+    doc = {
+        "axes": {"profiles": [], "operators": [], "tiers": [], "judgments": []},
+        "cells": [],
+        "chain_cells": [
+            {"profile": "portable_cpu", "model": "tiny", "layers": 2, "tier": "short", "status": "green"},
+            {"profile": "portable_cpu", "model": "tiny", "layers": 2, "tier": "primary", "status": "red"},
+        ],
+    }
+    rows, cols, statuses = _heatmap_grid(doc)
+    assert rows == [("portable_cpu", "chain tiny L2")]
+    assert cols == [("short", "chain"), ("primary", "chain")]
+    assert statuses == [["green", "red"]]
+
+
+def test_heatmap_title_says_reduced(factory, monkeypatch) -> None:
+    """The PNG title once said "PASS" where the gate line said "PASS (reduced: ...)"."""
+    from ws1_harness import report
+
+    titles: list[str] = []
+    monkeypatch.setattr(report, "render_heatmap", lambda doc, png, title: titles.append(title) or png)
+    writer, _ = factory.write("reduced")
+    report.write_report(writer.path)
+    line = report.gate(writer.path).lines[0]
+    assert ("reduced" in line) == ("reduced" in titles[0]), (line, titles)
+    assert "reduced" in titles[0]

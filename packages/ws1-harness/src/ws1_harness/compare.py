@@ -271,6 +271,9 @@ def _fast_tolerance(
             first_bad = int(where[bad.nonzero()[0, 0]])
     del suspect
     max_abs = float(diff.max()) if diff.numel() else None
+    # how close the worst element came to the rule (1.0 = at the threshold): diagnostics for the report's
+    # margins, never the verdict (fp32 arithmetic)
+    rule_ratio = float((diff / ref.abs().mul(rtol).add_(atol)).max()) if diff.numel() else None
     nonzero_ref = ref != 0
     max_rel = (
         float(diff.div_(ref.abs()).masked_fill_(~nonzero_ref, 0).max()) if bool(nonzero_ref.any()) else None
@@ -284,6 +287,7 @@ def _fast_tolerance(
         "candidate_dtype": str(cand.dtype),
         "max_abs": max_abs,
         "max_rel": max_rel,
+        "max_rule_ratio": rule_ratio,
         # ulp distances cost 5x the rule itself; reported for tensors up to ULP_DIAGNOSTIC_LIMIT elements
         "max_ulp": _max_ulp_all_finite(cand, ref) if c.numel() <= ULP_DIAGNOSTIC_LIMIT else None,
     }
@@ -383,7 +387,7 @@ def _chunked(
     for name in ("n_total", "n_mismatch", "n_non_finite_mismatch"):
         if name in diag:
             diag[name] = sum(int(c.diagnostics.get(name, 0)) for _, c in parts)
-    for name in ("max_abs", "max_rel", "max_ulp"):
+    for name in ("max_abs", "max_rel", "max_ulp", "max_rule_ratio"):
         values = [c.diagnostics.get(name) for _, c in parts if c.diagnostics.get(name) is not None]
         if name in diag or values:
             diag[name] = max(values) if values else None

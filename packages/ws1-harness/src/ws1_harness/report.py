@@ -174,6 +174,7 @@ def render_markdown(doc: Mapping[str, Any], source: str = "evidence") -> str:
         out.append(f"| {profile} | {op} | " + " | ".join(entries) + " |")
     out.append("")
     out += _chain_section(doc)
+    out += _margin_section(doc)
     out += _mismatch_section(doc)
     out += _time_section(doc)
     out += _shards_section(doc)
@@ -244,6 +245,67 @@ def _chain_section(doc: Mapping[str, Any]) -> list[str]:
                 )
         where = divergence_text(cell)
         out += [f"- {where}" if where else "- no divergence", ""]
+    return out
+
+
+def accuracy_margins(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """How close each accuracy comparison came to its threshold, worst first: the largest
+    `|c - r| / (atol + rtol * |r|)` over its elements (1.0 is the threshold) where the comparison recorded it
+    (`max_rule_ratio`), else `max_abs / atol`, which ignores the rtol part. A green cell once showed no margin
+    at all. Diagnostics only: the verdict is the rule's."""
+    out: list[dict[str, Any]] = []
+    for cell in doc["cells"]:
+        if not str(cell["judgment"]).endswith("accuracy"):
+            continue
+        for tensor, comp in (cell.get("diagnostics") or {}).items():
+            diag = comp.get("diagnostics") if isinstance(comp, Mapping) else None
+            if not isinstance(diag, Mapping):
+                continue
+            max_abs, atol = diag.get("max_abs"), diag.get("atol")
+            if not isinstance(max_abs, (int, float)) or not isinstance(atol, (int, float)) or atol <= 0:
+                continue
+            rule = diag.get("max_rule_ratio")
+            ratio = float(rule) if isinstance(rule, (int, float)) else float(max_abs) / float(atol)
+            out.append(
+                {
+                    "profile": cell["profile"],
+                    "operator": cell["operator"],
+                    "tier": cell["tier"],
+                    "judgment": cell["judgment"],
+                    "status": cell["status"],
+                    "tensor": tensor,
+                    "max_abs": float(max_abs),
+                    "atol": float(atol),
+                    "ratio": ratio,
+                    "of_rule": isinstance(rule, (int, float)),
+                }
+            )
+    return sorted(out, key=lambda r: -r["ratio"])
+
+
+def _margin_section(doc: Mapping[str, Any], limit: int = 40) -> list[str]:
+    rows = accuracy_margins(doc)
+    if not rows:
+        return []
+    out = [
+        "## Accuracy margins",
+        "",
+        "How close each accuracy comparison came to the contract's rule, worst first: the largest "
+        "`|candidate - reference| / (atol + rtol * |reference|)` over its elements (1.00 is the threshold; an "
+        "older file without that figure shows `max abs / atol`, marked *).",
+        "",
+        "| profile | operator | tier | judgment | tensor | status | max abs | atol | margin used |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows[:limit]:
+        star = "" if r["of_rule"] else " *"
+        out.append(
+            f"| {r['profile']} | {r['operator']} | {r['tier']} | {r['judgment']} | {r['tensor']} | "
+            f"{GLYPH.get(r['status'], r['status'])} | {r['max_abs']:.3g} | {r['atol']:.3g} | {r['ratio']:.2f}{star} |"
+        )
+    if len(rows) > limit:
+        out.append(f"| ... {len(rows) - limit} more | | | | | | | | |")
+    out.append("")
     return out
 
 
@@ -352,6 +414,33 @@ def status_counts(doc: Mapping[str, Any]) -> dict[str, int]:
     return counts
 
 
+_BLANK = "blank"  # a place of the picture that holds no cell: a matrix column of a chain row, and the reverse
+
+
+def _heatmap_grid(
+    doc: Mapping[str, Any],
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[list[str]]]:
+    """Rows, columns and statuses of the picture: the matrix cells, then one row per chain run
+    (`<profile> / chain <model> L<layers>`) with one column per chain tier. A chain-only file once drew an
+    empty frame, and chain cells never appeared in a heatmap."""
+    rows, cols, cells = _grid(doc)
+    statuses = [[_status_at(cells, CellKey(p, o, t, j))[0] for t, j in cols] for p, o in rows]
+    chain = doc.get("chain_cells") or []
+    if not chain:
+        return rows, cols, statuses
+    runs = sorted({(c["profile"], f"chain {c['model']} L{c['layers']}") for c in chain})
+    tiers = list(dict.fromkeys(c["tier"] for c in chain))
+    found = {
+        ((c["profile"], f"chain {c['model']} L{c['layers']}"), c["tier"]): c["status"]
+        if c["status"] in ORDER
+        else "error"
+        for c in chain
+    }
+    statuses = [row + [_BLANK] * len(tiers) for row in statuses]
+    statuses += [[_BLANK] * len(cols) + [found.get((run, t), "missing") for t in tiers] for run in runs]
+    return rows + runs, cols + [(t, "chain") for t in tiers], statuses
+
+
 def heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
     """The heatmap as a matplotlib Figure (Agg canvas, no global pyplot state): colour, glyph, legend counts."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -359,12 +448,12 @@ def heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch, Rectangle
 
-    rows, cols, cells = _grid(doc)
-    index = {s: i for i, s in enumerate(ORDER)}
-    statuses = [[_status_at(cells, CellKey(p, o, t, j))[0] for t, j in cols] for p, o in rows]
+    rows, cols, statuses = _heatmap_grid(doc)
+    shades = (*ORDER, _BLANK)
+    index = {s: i for i, s in enumerate(shades)}
     data = [[index[st] for st in row] for row in statuses] or [[index["missing"]]]
-    cmap = ListedColormap([COLOUR[s] for s in ORDER])
-    norm = BoundaryNorm([i - 0.5 for i in range(len(ORDER) + 1)], len(ORDER))
+    cmap = ListedColormap([COLOUR.get(s, "#FFFFFF") for s in shades])
+    norm = BoundaryNorm([i - 0.5 for i in range(len(shades) + 1)], len(shades))
     width = max(6.0, 0.55 * len(cols) + 3.5)
     height = max(3.0, 0.32 * len(rows) + 2.0)
     fig = Figure(figsize=(width, height))
@@ -373,6 +462,8 @@ def heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
     axis.imshow(data, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
     for y, row in enumerate(statuses):
         for x, st in enumerate(row):
+            if st == _BLANK:
+                continue
             axis.text(
                 x,
                 y,
@@ -470,6 +561,8 @@ def write_report(
             f"report: cannot create {directory} ({exc.strerror or type(exc).__name__})"
         ) from None
     md.write_text(render_markdown(doc, p.name), encoding="utf-8")
-    verdict = gate(doc, source=p.name).verdict
+    result = gate(doc, source=p.name)
+    # the picture carries the gate line's qualifier: a reduced PASS once read as a plain "PASS" in the PNG
+    verdict = result.verdict + (f" (reduced: {', '.join(result.reduced)})" if result.reduced else "")
     render_heatmap(doc, png, title=heatmap_title(doc, p.name, verdict))
     return md, png
