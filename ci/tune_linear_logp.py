@@ -35,6 +35,11 @@ VARIANTS: tuple[tuple[str, dict[str, int]], ...] = (
     ("hidden_256", {"wg_bh": 256}),
     ("vocab_256", {"wg_bn": 256}),
     ("4_warps_4_stages", {"wg_warps": 4, "wg_stages": 4}),
+    # combinations of the two best single knobs of the first H200 run (57.2 ms each against 74.2 ms)
+    ("hidden_256_4_stages", {"wg_bh": 256, "wg_stages": 4}),
+    ("4_warps_3_stages_four_blocks", {"wg_warps": 4, "wg_stages": 3, "wg_blocks_per_step": 4}),
+    ("4_warps_4_stages_vocab_64", {"wg_warps": 4, "wg_stages": 4, "wg_bn": 64}),
+    ("hidden_256_four_blocks_2_stages", {"wg_bh": 256, "wg_blocks_per_step": 4, "wg_stages": 2}),
 )
 
 
