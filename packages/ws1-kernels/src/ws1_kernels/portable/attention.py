@@ -18,6 +18,7 @@ from .. import _validate as v
 from ..context import LayoutContext, Segment
 from ..errors import KernelInputError
 from ..launches import record
+from . import _math
 from ._blocks import KEY_BLOCK, QUERY_BLOCK, tree_sum
 
 KERNEL = "ws1.cpu.attention.fixed_keyblock"
@@ -93,14 +94,14 @@ class _Attention(torch.autograd.Function):
                 for kb in range(last_pos // KEY_BLOCK + 1):
                     s, _kblk, vblk = smp.scores(qblk, qb, kb, scale)
                     m_new = torch.maximum(m, s.amax(-1))
-                    alpha = torch.exp(m - m_new)
-                    p = torch.exp(s - m_new.unsqueeze(-1))
+                    alpha = _math.exp(m - m_new)
+                    p = _math.exp(s - m_new.unsqueeze(-1))
                     denom = denom * alpha + tree_sum(p, -1)
                     acc = acc * alpha.unsqueeze(-1) + torch.bmm(p, vblk)
                     m = m_new
                 r0 = seg.start + qb * QUERY_BLOCK + s0 - seg.first_position
                 out[r0 : r0 + s1 - s0] = (acc / denom.unsqueeze(-1))[:, s0:s1].transpose(0, 1)
-                lse[r0 : r0 + s1 - s0] = (m + torch.log(denom))[:, s0:s1].transpose(0, 1)
+                lse[r0 : r0 + s1 - s0] = (m + _math.log(denom))[:, s0:s1].transpose(0, 1)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.scale, ctx.lctx = scale, lctx
         return out.to(torch.bfloat16)
@@ -132,7 +133,7 @@ class _Attention(torch.autograd.Function):
                 last_pos = qb * QUERY_BLOCK + s1 - 1
                 for kb in range(last_pos // KEY_BLOCK + 1):
                     s, kblk, vblk = smp.scores(qblk, qb, kb, scale)
-                    p = torch.exp(s - lblk.unsqueeze(-1))
+                    p = _math.exp(s - lblk.unsqueeze(-1))
                     sl = slice(kb * KEY_BLOCK, (kb + 1) * KEY_BLOCK)
                     dv_h[:, sl] += torch.bmm(p.transpose(1, 2), doblk)
                     ds = p * (torch.bmm(doblk, vblk.transpose(1, 2)) - di)

@@ -13,6 +13,7 @@ import torch
 from .. import _validate as v
 from ..context import LayoutContext
 from ..launches import record
+from . import _math
 from ._blocks import (
     VOCAB_BLOCK,
     check_main_grad,
@@ -37,11 +38,11 @@ class OnlineLSE:
 
     def update(self, block: torch.Tensor) -> None:
         m_new = torch.maximum(self.m, block.amax(-1))
-        self.s = self.s * torch.exp(self.m - m_new) + tree_sum(torch.exp(block - m_new.unsqueeze(-1)), -1)
+        self.s = self.s * _math.exp(self.m - m_new) + tree_sum(_math.exp(block - m_new.unsqueeze(-1)), -1)
         self.m = m_new
 
     def lse(self) -> torch.Tensor:
-        return self.m + torch.log(self.s)
+        return self.m + _math.log(self.s)
 
 
 def _target_mask(targets: torch.Tensor, c0: int, c1: int):
@@ -52,7 +53,7 @@ def _target_mask(targets: torch.Tensor, c0: int, c1: int):
 
 def _dlogits_block(block: torch.Tensor, lse: torch.Tensor, g: torch.Tensor, targets, c0: int, c1: int):
     """fp32 ``d logp / d logits`` for one block times upstream ``g``: ``g*(onehot - softmax)``."""
-    d = -g.unsqueeze(-1) * torch.exp(block - lse.unsqueeze(-1))
+    d = -g.unsqueeze(-1) * _math.exp(block - lse.unsqueeze(-1))
     rows, cols = _target_mask(targets, c0, c1)
     d[rows, cols] = d[rows, cols] + g[rows]
     return d

@@ -1,7 +1,8 @@
 """silu, swiglu and rope (portable_cpu): elementwise fp32 math, one rounding to bf16.
 
-Elementwise torch ops give each element the same bits wherever it sits (measured: ``torch.exp`` at any offset
-of a vector gives the same bits; basic arithmetic is correctly rounded), so no row blocking is needed.
+Each element's bits depend on its own value only: basic arithmetic is correctly rounded, and exp comes from
+``_math`` (fp64, rounded once), never from whichever library kernel torch picks for a chunk of the call. So
+no row blocking is needed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 from .. import _validate as v
 from ..context import LayoutContext
 from ..launches import record
+from . import _math
 
 SILU_KERNEL = "ws1.cpu.silu.pointwise"
 SWIGLU_KERNEL = "ws1.cpu.swiglu.pointwise"
@@ -20,7 +22,7 @@ ROPE_KERNEL = "ws1.cpu.rope.rotate_half"
 
 
 def _sigmoid(x: torch.Tensor) -> torch.Tensor:
-    return 1.0 / (1.0 + torch.exp(-x))
+    return 1.0 / (1.0 + _math.exp(-x))
 
 
 class _Silu(torch.autograd.Function):
