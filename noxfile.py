@@ -94,6 +94,9 @@ def evidence_dir_problem(out: Path) -> str | None:
     for probe in (out, *out.parents):
         if probe.exists() and not probe.is_dir():
             return f"{probe} is a file, not a directory"
+    inside = _inside_checkout(out)
+    if inside is not None:  # before anything is made: the refusal once came after the folder existed
+        return inside
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -101,6 +104,24 @@ def evidence_dir_problem(out: Path) -> str | None:
     if not os.access(out, os.W_OK | os.X_OK):
         return f"{out} is not writable"
     return None
+
+
+def _inside_checkout(out: Path) -> str | None:
+    """Why `out` may not hold evidence because it lies in this checkout and git does not ignore it, or None."""
+    import subprocess
+
+    try:
+        out.resolve().relative_to(ROOT)
+    except ValueError:
+        return None
+    ignored = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "-q", "--no-index", str(out.resolve())],
+        capture_output=True,
+        check=False,
+    )
+    if ignored.returncode == 0:
+        return None
+    return f"{out} is inside the checkout {ROOT} and git does not ignore it: evidence would dirty the tree"
 
 
 def _evidence_dir(session: nox.Session, name: str) -> Path:

@@ -112,3 +112,17 @@ def test_gpu_session_without_torch_says_torch_is_missing(noxfile, monkeypatch) -
     assert "no CUDA device visible" in _one_line_error(
         lambda: noxfile._gpu_session(FakeSession(), "gpu_sm90")
     )
+
+
+def test_ws1_out_inside_the_checkout_is_refused_before_a_folder_is_made(noxfile) -> None:
+    """`WS1_OUT` inside the checkout once made the folder, then `ws1 matrix` refused it."""
+    target = ROOT / "ws1-refused-nox-out" / "cpu_contract"
+    problem = noxfile.evidence_dir_problem(target)
+    assert problem is not None and "inside the checkout" in problem
+    assert not target.parent.exists()
+
+
+def test_ws1_out_outside_the_checkout_is_made(noxfile, tmp_path: Path) -> None:
+    target = tmp_path / "ev" / "cpu_contract"
+    assert noxfile.evidence_dir_problem(target) is None  # negative control: the check does not refuse all
+    assert target.is_dir()
