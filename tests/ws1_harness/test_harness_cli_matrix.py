@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from standin_units import error_records
 
 from ws1_harness import cli, matrix
 from ws1_harness.gate import EXIT_PASS, EXIT_RED, GateResult
@@ -21,24 +22,7 @@ TINY = ["--model", "tiny", "--tier", "short", "--in-process"]
 
 
 def _records(task: UnitTask, status: str = "error", reason: str | None = "exception") -> list[dict[str, Any]]:
-    """What a unit whose candidate raised reports (error cells carry the message and where it was raised)."""
-    return [
-        {
-            "profile": task.profile_label,
-            "operator": task.operator,
-            "tier": task.tier_label,
-            "judgment": j,
-            "status": status,
-            "reason_code": reason,
-            "diagnostics": {"why": "ValueError: the candidate's own message", "at": "my_kernel.py:42"},
-            "observed_kernels": [],
-            "observed_ops": [],
-            "wall_s": 0.0,
-            "layouts": [],
-            "device": None,
-        }
-        for j in JUDGMENTS
-    ]
+    return error_records(task, status, reason)
 
 
 def test_ctrl_c_exits_130_and_names_the_partial_file(tmp_path: Path, capsys, monkeypatch) -> None:

@@ -12,33 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from standin_units import error_records
 
 from ws1_harness import cli, matrix
 from ws1_harness.tasks import UnitTask
-from ws1_harness.unit import JUDGMENTS
 
 TINY = ["--model", "tiny", "--tier", "short", "--in-process"]
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _stand_in_unit(task: UnitTask) -> list[dict[str, Any]]:
-    return [
-        {
-            "profile": task.profile_label,
-            "operator": task.operator,
-            "tier": task.tier_label,
-            "judgment": j,
-            "status": "error",
-            "reason_code": "exception",
-            "diagnostics": {"why": "stand-in"},
-            "observed_kernels": [],
-            "observed_ops": [],
-            "wall_s": 0.0,
-            "layouts": [],
-            "device": None,
-        }
-        for j in JUDGMENTS
-    ]
+    return error_records(task)
 
 
 def _matrix(out: Path, *extra: str) -> int:
@@ -165,19 +149,19 @@ def test_merge_out_inside_the_checkout_is_refused_before_a_folder_is_made(factor
     assert not target.parent.exists()
 
 
-def test_chain_refuses_a_repeated_tier_up_front(tmp_path: Path, capsys) -> None:
-    args = [
+def _chain_args(out: Path, *tiers: str) -> list[str]:
+    return [
         "chain",
         "--profile",
         "portable_cpu",
-        "--tier",
-        "short",
-        "--tier",
-        "short",
+        *(a for t in tiers for a in ("--tier", t)),
         "--out",
-        str(tmp_path),
+        str(out),
     ]
-    assert cli.main(args) == 2
+
+
+def test_chain_refuses_a_repeated_tier_up_front(tmp_path: Path, capsys) -> None:
+    assert cli.main(_chain_args(tmp_path, "short", "short")) == 2
     assert "--tier short given more than once" in _one_line(capsys.readouterr().err)
     assert list(tmp_path.iterdir()) == []
 
@@ -205,17 +189,7 @@ def test_interrupted_chain_keeps_the_tiers_it_finished(tmp_path: Path, capsys, m
         return _Cell(tier)
 
     monkeypatch.setattr(chain_mod.Chain, "cell", cell)
-    args = [
-        "chain",
-        "--profile",
-        "portable_cpu",
-        "--tier",
-        "short",
-        "--tier",
-        "primary",
-        "--out",
-        str(tmp_path),
-    ]
+    args = _chain_args(tmp_path, "short", "primary")
     assert cli.main(args) == 130
     partials = list(tmp_path.glob("*.partial.jsonl"))
     assert len(partials) == 1, list(tmp_path.iterdir())

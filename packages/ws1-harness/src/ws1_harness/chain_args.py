@@ -8,15 +8,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-
-def _layers(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {value!r}")
-    return n
+from ws1_harness.argtypes import positive_int
 
 
 def add_chain_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -29,7 +21,7 @@ def add_chain_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         "--model", default="tiny", help="model of the manifest (default tiny; qwen3-8b: full widths)"
     )
     c.add_argument(
-        "--layers", type=_layers, help="run the first L layers (default: every layer of the model)"
+        "--layers", type=positive_int, help="run the first L layers (default: every layer of the model)"
     )
     c.add_argument("--tier", action="append", help="fixture tier (repeatable; default: every tier)")
     c.add_argument("--out", required=True, help="directory for chain-<profile>-<model>-L<layers>.json")

@@ -14,7 +14,6 @@ exits non-zero. A reader that closes the pipe (`ws1 gate FILE | head -2`) silenc
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shlex
 import sys
@@ -22,6 +21,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from ws1_harness.argtypes import positive, positive_int
 from ws1_harness.chain_args import add_chain_parser
 from ws1_harness.console import EXIT_INTERRUPTED, emit, silence_stdout
 from ws1_harness.errors import HarnessError
@@ -100,28 +100,6 @@ def out_file(value: str, command: str, inputs: Sequence[str] = (), *, allow_in_c
     return path
 
 
-def _positive(value: str) -> float:
-    """A finite number > 0 (`inf` and `1e400` once ended in "internal error: OverflowError")."""
-    try:
-        x = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if not (x > 0 and math.isfinite(x)):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0: {value!r}")
-    return x
-
-
-def _positive_int(value: str) -> int:
-    """An integer >= 1 (`--mm-n -4` once recorded an error ceiling and exited 0; 0 silently meant 512)."""
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {value!r}")
-    return n
-
-
 def _attach_dash_values(argv: list[str]) -> list[str]:
     """`--shard -1/2` as `--shard=-1/2`: argparse took the value for an option ("expected one argument")."""
     out: list[str] = []
@@ -167,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m.add_argument(
         "--cell-timeout",
-        type=_positive,
+        type=positive,
         default=None,
         help="seconds one unit (an operator on one tier, its four judgments) may run before its cells are red "
         "timeout (default 900)",
@@ -236,7 +214,7 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     )
     b.add_argument("--shape", action="append", help="shape name to time (repeatable, e.g. down, lm_head)")
     b.add_argument(
-        "--m", action="append", type=_positive_int, help="rows M of a call (repeatable; default per op)"
+        "--m", action="append", type=positive_int, help="rows M of a call (repeatable; default per op)"
     )
     b.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if available, else cpu")
     b.add_argument("--model", default="qwen3-8b", help="model widths from the manifest (default qwen3-8b)")
@@ -244,30 +222,28 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     b.add_argument("--force", action="store_true", help="overwrite existing output files")
     b.add_argument("--allow-in-checkout", action="store_true", help="allow writing inside the git checkout")
     b.add_argument("--candidates", help="module:attr of an extra candidate registry (tests, experiments)")
-    b.add_argument("--warmup-ms", type=_positive, default=25.0, help="timer warm-up per measurement (ms)")
-    b.add_argument("--rep-ms", type=_positive, default=100.0, help="timed repetitions per measurement (ms)")
-    b.add_argument("--copy-mib", type=_positive, help="copy-ceiling buffer (MiB; default 2048 CUDA, 64 CPU)")
+    b.add_argument("--warmup-ms", type=positive, default=25.0, help="timer warm-up per measurement (ms)")
+    b.add_argument("--rep-ms", type=positive, default=100.0, help="timed repetitions per measurement (ms)")
+    b.add_argument("--copy-mib", type=positive, help="copy-ceiling buffer (MiB; default 2048 CUDA, 64 CPU)")
     b.add_argument(
-        "--mm-n", type=_positive_int, help="mm-ceiling size n of bf16 n^3 (default 8192 CUDA, 512 CPU)"
+        "--mm-n", type=positive_int, help="mm-ceiling size n of bf16 n^3 (default 8192 CUDA, 512 CPU)"
     )
     b.add_argument(
-        "--attn-seq", type=_positive_int, default=1024, help="attention sample length S (default 1024)"
+        "--attn-seq", type=positive_int, default=1024, help="attention sample length S (default 1024)"
     )
     b.add_argument(
-        "--layers", type=_positive_int, help="train_step/decode_step: first L layers of the model (default 4)"
+        "--layers", type=positive_int, help="train_step/decode_step: first L layers of the model (default 4)"
     )
     b.add_argument(
-        "--tokens", type=_positive_int, help="train_step: packed tokens of the training call (default 8192)"
+        "--tokens", type=positive_int, help="train_step: packed tokens of the training call (default 8192)"
     )
     b.add_argument(
         "--batch",
         action="append",
-        type=_positive_int,
+        type=positive_int,
         help="decode_step: batch (repeatable; default 1, 64, 256)",
     )
-    b.add_argument(
-        "--cache", type=_positive_int, help="decode_step: cached tokens per request (default 4096)"
-    )
+    b.add_argument("--cache", type=positive_int, help="decode_step: cached tokens per request (default 4096)")
 
 
 # What the execution commands need beyond the torch-free verdict side (`pip install "ws1-harness[run]"`).
