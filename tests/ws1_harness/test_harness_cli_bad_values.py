@@ -75,12 +75,22 @@ def test_negative_shard_names_the_rule(tmp_path: Path, capsys) -> None:
     )
 
 
-def test_plugin_that_exits_on_import_is_bad_input(tmp_path: Path, capsys, monkeypatch) -> None:
+@pytest.mark.parametrize("command", ["matrix", "bench"])
+def test_plugin_that_exits_on_import_is_bad_input(tmp_path: Path, capsys, monkeypatch, command: str) -> None:
     """A plug-in calling sys.exit(3) on import once made `ws1 matrix` exit 3 ("pending only") silently."""
-    (tmp_path / "exits_plugin.py").write_text("import sys\nsys.exit(3)\n")
+    (tmp_path / f"exits_plugin_{command}.py").write_text("import sys\nsys.exit(3)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    args = ["matrix", "--profile", "portable_cpu", "--candidates", "exits_plugin:X", "--out", tmp_path / "o"]
+    plugin = f"exits_plugin_{command}:X"
+    args = [command, "--profile", "portable_cpu", "--candidates", plugin, "--out", tmp_path / "o"]
     _bad(capsys, *args, fragment="sys.exit(3)")
+
+
+def test_chain_manifest_with_a_self_referencing_anchor_is_one_line(tmp_path: Path, capsys) -> None:
+    """`ws1 chain --manifest` on `a: &a [*a]` once said "internal error"."""
+    bad = tmp_path / "loop.yaml"
+    bad.write_text("a: &a [*a]\n")
+    args = ["chain", "--profile", "portable_cpu", "--manifest", bad, "--out", tmp_path / "o"]
+    _bad(capsys, *args, fragment="itself")
 
 
 @pytest.fixture

@@ -61,11 +61,13 @@ def test_gate_merge_report_run_without_torch(real_evidence: Path, tmp_path: Path
         ("report", ["report", str(real_evidence), "--out", str(tmp_path / "report")]),
         ("matrix", ["matrix", "--profile", "portable_cpu", "--out", str(tmp_path / "m")]),
         ("bench", ["bench", "--profile", "portable_cpu", "--out", str(tmp_path / "b")]),
+        ("chain", ["chain", "--profile", "portable_cpu", "--out", str(tmp_path / "c")]),
     ]
     got = _run_without_torch(commands, RUN_SIDE)
     assert got["loaded"] == []
     assert (got["gate"], got["merge"], got["report"]) == (0, 0, 0)
-    assert (got["matrix"], got["bench"]) == (2, 2)  # one line naming what to install, not a traceback
+    # one line naming what to install, not a traceback (`ws1 chain` once said "internal error")
+    assert (got["matrix"], got["bench"], got["chain"]) == (2, 2, 2)
     assert (tmp_path / "merged.json").exists() and list((tmp_path / "report").glob("*.md"))
 
 

@@ -97,9 +97,15 @@ _loaded_plugins: set[str] = set()
 
 
 def load_plugin(spec: str | None) -> None:
-    """Register a plug-in profile once per process (the worker and the parent each load it)."""
+    """Register a plug-in profile once per process (the worker and the parent each load it).
+
+    A plug-in that calls `sys.exit` on import is a broken plug-in, reported as such (RuntimeError, which every
+    caller turns into one bad-input line): it once made `ws1 matrix` exit 3, "pending only", silently."""
     if spec and spec not in _loaded_plugins:
-        registry.load_spec(spec)
+        try:
+            registry.load_spec(spec)
+        except SystemExit as exc:
+            raise RuntimeError(f"the module called sys.exit({exc.code!r}) on import") from None
         _loaded_plugins.add(spec)
 
 
