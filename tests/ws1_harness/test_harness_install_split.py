@@ -74,5 +74,9 @@ def test_gate_merge_report_run_without_torch(real_evidence: Path, tmp_path: Path
 def test_run_commands_name_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     cli.require_run_extra("matrix")  # negative control: everything is installed here
     monkeypatch.setattr(cli, "RUN_MODULES", ("torch", "ws1_no_such_module"))
-    with pytest.raises(HarnessError, match=r"ws1 matrix: needs ws1_no_such_module, .*ws1-harness\[run\]"):
+    with pytest.raises(
+        HarnessError, match=r"ws1 matrix: needs ws1_no_such_module, .*ws1-harness\[run\]"
+    ) as info:
         cli.require_run_extra("matrix")
+    # the packages are on no index: the hint names the checkout's paths, never a bare `pip install ws1-harness`
+    assert "-e packages/ws1-contract" in str(info.value) and "on no index" in str(info.value)
