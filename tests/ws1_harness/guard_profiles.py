@@ -49,7 +49,7 @@ def sequential_dot(x: Tensor, weight: Tensor, k0: int, k1: int) -> Tensor:
     elementwise add is correctly rounded, so this order, and the fault built on it, is the same on every host.
     """
     xf, wf = x.float(), weight.float()
-    acc = torch.zeros((x.shape[0], weight.shape[0]), dtype=torch.float32)
+    acc = torch.zeros((x.shape[0], weight.shape[0]), dtype=torch.float32, device=x.device)
     for k in range(k0, k1):
         acc = acc + xf[:, k : k + 1] * wf[:, k]
     return acc

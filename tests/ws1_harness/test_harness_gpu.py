@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from guard_profiles import sequential_dot
 
 from ws1_harness.tasks import UnitTask, execute_task
 from ws1_kernels import launches, registry
@@ -34,24 +35,15 @@ _OPS = frozenset(
 )
 
 
-def _sequential_dot(x: torch.Tensor, w: torch.Tensor, k0: int, k1: int) -> torch.Tensor:
-    """fp32 x[:, k0:k1] @ w[:, k0:k1]^T in ascending K, one elementwise add per k: the order is this code's,
-    not cuBLAS's (whose split of K is its own choice), so the fault below is red by construction on the
-    fixture's dot-order probe rows."""
-    xf, wf = x.float(), w.float()
-    acc = torch.zeros((x.shape[0], w.shape[0]), dtype=torch.float32, device=x.device)
-    for k in range(k0, k1):
-        acc = acc + xf[:, k : k + 1] * wf[:, k]
-    return acc
-
-
 def _split_k_small_batch(x: torch.Tensor, w: torch.Tensor, ctx) -> torch.Tensor:
+    """Changes its K order with the batch size; the order is `sequential_dot`'s, not cuBLAS's (whose split of K
+    is its own choice), so the fault is red by construction on the fixture's dot-order probe rows."""
     launches.record("guard.gpu.split_k", "fwd")
     k = x.shape[1]
     if x.shape[0] > 8:
-        return _sequential_dot(x, w, 0, k).to(torch.bfloat16)
+        return sequential_dot(x, w, 0, k).to(torch.bfloat16)
     half = k // 2
-    return (_sequential_dot(x, w, 0, half) + _sequential_dot(x, w, half, k)).to(torch.bfloat16)
+    return (sequential_dot(x, w, 0, half) + sequential_dot(x, w, half, k)).to(torch.bfloat16)
 
 
 def _row_local(x: torch.Tensor, w: torch.Tensor, ctx) -> torch.Tensor:

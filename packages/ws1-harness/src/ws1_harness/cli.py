@@ -279,14 +279,12 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from ws1_harness.evidence import check_outside_checkout, refuse_existing, write_evidence_json
+    from ws1_harness.evidence import refuse_existing, write_evidence_json
     from ws1_harness.merge import merge
 
     command = "ws1 " + " ".join(shlex.quote(a) for a in argv)
     # before any work, never one of the shards, and no folder made inside the checkout before a refusal
     out = out_file(args.out, "merge", args.shards, allow_in_checkout=args.allow_in_checkout)
-    if not args.allow_in_checkout:
-        check_outside_checkout(out)
     if not args.force:
         refuse_existing(out, "an evidence file")  # a merge once replaced an unrelated 333 KB file silently
     doc = merge(args.shards, command=command)

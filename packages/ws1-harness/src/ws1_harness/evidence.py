@@ -43,6 +43,9 @@ from ws1_harness.status import CellStatus
 # 2: arch-labelled profiles, per-cell device; 3: checks, cells digests, plug-in sources; 4: chain cells
 SCHEMA_VERSION = 4
 PARTIAL_SUFFIX = ".partial.jsonl"
+#: What `ws1 report` writes beside `<stem>.json` (ws1_harness.report names its files with these)
+REPORT_SUFFIX = ".report.md"
+HEATMAP_SUFFIX = ".heatmap.png"
 #: The largest evidence file read (the full-width matrix of one profile is about 0.5 MB; a merge of every
 #: profile and arch a few MB): refused before reading, so a wrong path cannot exhaust memory.
 MAX_EVIDENCE_BYTES = 256 * 2**20
@@ -583,7 +586,7 @@ class EvidenceWriter:
         write_evidence_json(doc, self.path, allow_in_checkout=self.allow_in_checkout)
         if replaced:  # the old run's report and heatmap would describe cells this file no longer holds
             stem = self.path.name[: -len(".json")]
-            for stale in (f"{stem}.report.md", f"{stem}.heatmap.png"):
+            for stale in (stem + REPORT_SUFFIX, stem + HEATMAP_SUFFIX):
                 (self.path.parent / stale).unlink(missing_ok=True)
         self._finalised = True
         self.partial_path.unlink(missing_ok=True)

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from ws1_harness.cells import CellKey, cell_key_of
-from ws1_harness.evidence import PARTIAL_SUFFIX, EvidenceError, check_outside_checkout, read_evidence
+from ws1_harness.evidence import (
+    HEATMAP_SUFFIX,
+    PARTIAL_SUFFIX,
+    REPORT_SUFFIX,
+    EvidenceError,
+    check_outside_checkout,
+    read_evidence,
+)
 from ws1_harness.gate import gate
 
 GLYPH = {
@@ -550,8 +557,8 @@ def write_report(
     doc = read_evidence(p, tolerate_torn_tail=True)
     directory = Path(out_dir) if out_dir is not None else p.parent
     stem = report_stem(p)
-    md = directory / f"{stem}.report.md"
-    png = directory / f"{stem}.heatmap.png"
+    md = directory / (stem + REPORT_SUFFIX)
+    png = directory / (stem + HEATMAP_SUFFIX)
     if not allow_in_checkout:
         check_outside_checkout(md)
     try:
