@@ -160,3 +160,15 @@ def test_ordinary_logit_rows_let_an_order_change_through() -> None:
         seq = _lse(r, sequential(terms))
         same += sum(int((bits(_lse(r, order(terms))) == bits(seq)).all()) for order in ALTERNATIVES)
     assert same > 0
+
+
+def test_two_probe_kinds_on_one_input_are_refused(write_manifest) -> None:
+    """Both probe kinds take slot 4 of a row: the second would never be generated, so the manifest is refused."""
+    from ws1_workload import WorkloadError, load_manifest
+
+    def edit(doc: dict) -> None:
+        doc["fixtures"]["hard_cases"]["lse_order_rows"]["inputs"].append("det_gemm.x")
+
+    with pytest.raises(WorkloadError, match="already holds dot_order_rows"):
+        load_manifest(write_manifest(edit))
+    load_manifest(write_manifest(lambda doc: None))  # negative control: the shipped cases load
