@@ -3,6 +3,8 @@
 Each wrapper takes a portable_cpu candidate and breaks one property the way real kernels break it:
 - `mix_rows`: every output row depends on the first row of the call (a row-mixing reduction).
 - `split_k_small_batch`: small calls reduce K in two halves (split-K for small M), big calls in one pass.
+- `split_kv_small_calls`: attention splits the keys in two for small calls (decode), one pass otherwise.
+- `main_grad_from_zero`: the weight gradient's accumulator starts at zero in every call (not at main_grad).
 - `stock_fallback`: quietly computes with a stock op it did not declare, returns the portable result.
 - `nan_one`, `neg_zero_when_alone`, `ulp_when_padded`: one NaN, a flipped zero sign, one ulp under one layout.
 - `no_backward`: the forward runs under no_grad, so there is no backward.
@@ -12,6 +14,7 @@ The module doubles as a plug-in (`guard_profiles:BROKEN_DET_GEMM`) for the end-t
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -65,6 +68,85 @@ def split_k_small_batch(x: Tensor, weight: Tensor, ctx: LayoutContext) -> Tensor
         return sequential_dot(x, weight, 0, k).to(torch.bfloat16)
     half = k // 2
     return (sequential_dot(x, weight, 0, half) + sequential_dot(x, weight, half, k)).to(torch.bfloat16)
+
+
+def main_grad_from_zero(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """A weight gradient whose accumulator starts at zero: each call's blocks are summed alone and the call's
+    sum is added to ``weight.main_grad`` at the end, instead of ``main_grad`` heading the chain. Values stay
+    within rounding of the correct ones; only the order of the token reduction moves with the layout's calls.
+
+    Built on the portable kernel with two hooks: the output's hook (before the op's backward) sets main_grad
+    aside and zeroes it, x's hook (after) adds the saved part back.
+    """
+
+    def wrapped(x: Tensor, weight: Tensor, ctx: LayoutContext) -> Tensor:
+        out = fn(x, weight, ctx)
+        saved: list[Tensor] = []
+
+        def before(grad: Tensor) -> Tensor:
+            mg = getattr(weight, "main_grad", None)
+            if mg is not None:
+                saved.append(mg.clone())
+                mg.zero_()
+            return grad
+
+        def after(grad: Tensor) -> Tensor:
+            if saved:
+                weight.main_grad.add_(saved.pop())  # type: ignore[attr-defined]
+            return grad
+
+        if out.requires_grad and x.requires_grad:  # inference layouts run without autograd
+            out.register_hook(before)
+            x.register_hook(after)
+        return out
+
+    return wrapped
+
+
+def split_kv_small_calls(q: Tensor, k: Tensor, v: Tensor, scale: float, ctx: LayoutContext) -> Tensor:
+    """Attention that splits the keys in two for calls of at most 8 rows (decode steps), as split-KV decode
+    kernels do, and merges the two softmax states; bigger calls (and every call under autograd) run the portable
+    kernel. Values stay within rounding; only the order of the sum over keys moves with the call size. Red by
+    construction on the fixture's attention order probe (ws1_workload.token_probes), on every host: each key
+    block there holds one nonzero value in the probed column, so no BLAS order inside a block matters."""
+    from ws1_kernels.portable import _math
+    from ws1_kernels.portable._blocks import KEY_BLOCK, QUERY_BLOCK, tree_sum
+
+    pa = importlib.import_module("ws1_kernels.portable.attention")  # the package exports a function of that name
+
+    if q.shape[0] > 8 or (torch.is_grad_enabled() and q.requires_grad):
+        return pa.attention(q, k, v, scale, ctx)
+    scale = pa.check_attention("guard.split_kv", q, k, v, scale, ctx, torch.bfloat16)
+    launches.record(pa.KERNEL, "fwd")
+    t, hq, d = q.shape
+    out = torch.zeros((t, hq, d), dtype=torch.float32)
+    for seg in ctx.segments:
+        smp = pa._Sample(seg, q, k, v, ctx.kv_prefix.get(seg.sample_id), hq // k.shape[1])
+        for qb, s0, s1 in smp.query_blocks():
+            qblk = pa._block_of(q, seg, qb, s0, s1)
+            nkb = (qb * QUERY_BLOCK + s1 - 1) // KEY_BLOCK + 1
+            states = []
+            for lo, hi in ((0, (nkb + 1) // 2), ((nkb + 1) // 2, nkb)):
+                m = torch.full((hq, QUERY_BLOCK), float("-inf"))
+                den = torch.zeros((hq, QUERY_BLOCK))
+                acc = torch.zeros((hq, QUERY_BLOCK, d))
+                for kb in range(lo, hi):
+                    s, _kblk, vblk = smp.scores(qblk, qb, kb, scale)
+                    m_new = torch.maximum(m, s.amax(-1))
+                    alpha = _math.exp(m - m_new).nan_to_num(0.0)
+                    p = _math.exp(s - m_new.unsqueeze(-1)).nan_to_num(0.0)
+                    den = den * alpha + tree_sum(p, -1)
+                    acc = acc * alpha.unsqueeze(-1) + torch.bmm(p, vblk)
+                    m = m_new
+                states.append((m, den, acc))
+            (m1, d1, a1), (m2, d2, a2) = states
+            m = torch.maximum(m1, m2)
+            w1, w2 = _math.exp(m1 - m).nan_to_num(0.0), _math.exp(m2 - m).nan_to_num(0.0)
+            acc = a1 * w1.unsqueeze(-1) + a2 * w2.unsqueeze(-1)
+            den = d1 * w1 + d2 * w2
+            r0 = seg.start + qb * QUERY_BLOCK + s0 - seg.first_position
+            out[r0 : r0 + s1 - s0] = (acc / den.unsqueeze(-1))[:, s0:s1].transpose(0, 1)
+    return out.to(torch.bfloat16)
 
 
 def stock_fallback(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:

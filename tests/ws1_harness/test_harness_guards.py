@@ -103,6 +103,51 @@ def test_split_k_is_seen_on_the_order_probe_rows() -> None:
     assert all(hard_row_kind(tuple(key[:2]), kinds) == "dot_order_rows" for key in firsts), firsts
 
 
+def test_wgrad_accumulator_from_zero_is_red_on_the_wgrad_probe() -> None:
+    """A weight gradient summed per call from zero is red on gradient invariance, and the first differing
+    element is the probe's dW[0, 0] (ws1_workload.token_probes): decided by construction, not by which of the
+    random elements happen to round differently (a few hundred of 131072 here)."""
+    fn = gp.main_grad_from_zero(gp.portable("det_gemm").fn)
+    result = run_planted(
+        "det_gemm",
+        fn,
+        build_fixture(MANIFEST, "short"),
+        prefix="guard",
+        declared_kernels=frozenset({gp.portable("det_gemm").kernel_id}),
+        declared_ops=ANY_OP,
+    )
+    s = statuses(result)
+    assert s["gradient_invariance"] == ("red", "bits_differ"), s
+    assert s["forward_invariance"] == ("green", None) and s["gradient_accuracy"] == ("green", None), s
+    firsts = [
+        d["diagnostics"]["first_mismatch_index"]
+        for layout in result.judgments["gradient_invariance"].layouts
+        for name, d in layout["diagnostics"].items()
+        if name.endswith("d_weight") and not d["passed"]
+    ]
+    assert firsts and all(f == [0, 0] for f in firsts), firsts
+
+
+def test_split_kv_decode_is_red_on_forward_invariance() -> None:
+    """Attention that splits the keys in two for decode-sized calls is red on the long tier's inference
+    layouts; the attention order probe (explicit orders in tests/ws1_workload/test_token_probes.py) makes the
+    red certain whatever the random rows do."""
+    base = gp.portable("attention")
+    result = run_planted(
+        "attention",
+        gp.split_kv_small_calls,
+        build_fixture(MANIFEST, "long"),
+        prefix="guard",
+        declared_kernels=frozenset({base.kernel_id}),
+        declared_ops=base.declared_ops | {"aten.nan_to_num"},
+    )
+    s = statuses(result)
+    assert s["forward_invariance"] == ("red", "bits_differ"), s
+    assert s["forward_accuracy"] == ("green", None) and s["gradient_invariance"] == ("green", None), s
+    failed = result.judgments["forward_invariance"].diagnostics["failed_layouts"]
+    assert "decode" in failed and "packed" not in failed, failed
+
+
 def test_undeclared_stock_op_is_red_even_with_identical_values() -> None:
     result = judge("det_gemm", gp.stock_fallback(gp.portable("det_gemm").fn))
     s = statuses(result)

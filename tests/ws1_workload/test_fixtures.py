@@ -18,8 +18,8 @@ from ws1_workload.hardcases import KNOWN_CASES, check_block_edge_coverage, check
 
 def test_tier_shapes(manifest):
     short, primary, long = (build_fixture(manifest, t) for t in ("short", "primary", "long"))
-    assert [s.length for s in short.samples] == [17, 15]
-    assert [s.length for s in primary.samples] == [33, 31, 16, 2]
+    assert [s.length for s in short.samples] == [15, 17]
+    assert [s.length for s in primary.samples] == [31, 33, 16, 2]
     lengths = [s.length for s in long.samples]
     for tile in (64, 128, 256, 1024):
         assert any(n > tile and n % tile for n in lengths), tile  # some sample crosses the tile boundary

@@ -16,6 +16,7 @@ import torch
 
 from ws1_contract import Contract
 from ws1_workload import Fixture, Layout, LayoutSpec, build_layout, logical_tensor
+from ws1_workload.token_probes import apply_edit
 
 from .adapters import OperatorAdapter, shared_param
 from .cells import check_record
@@ -121,6 +122,7 @@ def logical_inputs(
             name = f"{adapter.operator}.{spec.name}"
             kinds = fixture.hard_rows.get(name, ())
             x = logical_tensor(case_id, name, keys, spec.row_shape, torch.bfloat16, hard_rows=kinds)
+            x = apply_edit(x, keys, fixture.token_edits.get(name))  # token order probes (token_probes)
             tokens[spec.name] = (x.float() * spec.scale).to(torch.bfloat16)
     # A weight belongs to the model, not to the batch: the caller names it by (operator, model) in `param_case`,
     # so every tier of an operator judges the same weight and the worker generates a [151936, 4096] weight once
@@ -137,6 +139,7 @@ def logical_inputs(
         name = f"{adapter.operator}.upstream"
         kinds = fixture.hard_rows.get(name, ())  # dot-order probes of dx's reduction over the outputs
         g = logical_tensor(case_id, name, keys, adapter.output_row_shape, torch.float32, hard_rows=kinds)
+        g = apply_edit(g, keys, fixture.token_edits.get(name))  # the weight-gradient order probe's values
         mask = active.reshape(-1, *([1] * len(adapter.output_row_shape))).float()
         upstream = (g * mask).to(adapter.output_dtype)
     dev = torch.device(device)

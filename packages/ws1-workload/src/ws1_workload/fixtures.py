@@ -23,6 +23,7 @@ import torch
 from .errors import WorkloadError
 from .inputs import canonical_key, derive_int
 from .manifest import Manifest
+from .token_probes import ColumnEdit, token_edits
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,6 +45,13 @@ class Fixture:
     vocab: int = 0
     # operator input (`<operator>.<input>`) -> the kinds of hard row it holds (from the manifest's hard cases)
     hard_rows: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # token probe case -> the operator inputs it edits (`token_probes`; from the manifest's hard cases)
+    token_cases: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+
+    @cached_property
+    def token_edits(self) -> Mapping[str, ColumnEdit]:
+        """Operator input -> what the token probes write into it (`token_probes.apply_edit`)."""
+        return MappingProxyType(token_edits(self.samples, self.token_cases, self.hard_rows))
 
     @cached_property
     def offsets(self) -> tuple[int, ...]:
@@ -114,6 +122,7 @@ def make_fixture(
     tier: str = "custom",
     vocab: int | None = None,
     hard_rows: Mapping[str, Sequence[str]] | None = None,
+    token_cases: Mapping[str, Sequence[str]] | None = None,
 ) -> Fixture:
     """Build a fixture from explicit lengths (sample ids 0..N-1).
 
@@ -152,8 +161,15 @@ def make_fixture(
             Sample(sample_id=sid, length=length, prompt_len=prompt, token_ids=tokens, active=active)
         )
     rows = MappingProxyType({name: tuple(kinds) for name, kinds in (hard_rows or {}).items()})
+    probes = MappingProxyType({case: tuple(items) for case, items in (token_cases or {}).items()})
     return Fixture(
-        tier=tier, case_id=case_id, samples=tuple(samples), pad_id=pad_id, vocab=vocab, hard_rows=rows
+        tier=tier,
+        case_id=case_id,
+        samples=tuple(samples),
+        pad_id=pad_id,
+        vocab=vocab,
+        hard_rows=rows,
+        token_cases=probes,
     )
 
 
@@ -173,4 +189,5 @@ def build_fixture(manifest: Manifest, tier: str, model: str | None = None) -> Fi
         tier=tier,
         vocab=None if model is None else manifest.model(model).vocab,
         hard_rows=manifest.hard_rows,
+        token_cases=manifest.token_cases,
     )

@@ -28,6 +28,7 @@ from .inputs import (
     logical_tensor,
     order_probe_positions,
 )
+from .token_probes import PROBE_COLUMN, TOKEN_CASES, apply_edit, pv_probes, wgrad_probes
 
 if TYPE_CHECKING:
     from .fixtures import Fixture
@@ -46,7 +47,9 @@ FIXTURE_CASES: tuple[str, ...] = (
 )
 #: Cases about the rows of operator inputs (the kinds `logical_tensor` generates).
 ROW_CASES: tuple[str, ...] = HARD_ROW_KINDS
-KNOWN_CASES: tuple[str, ...] = FIXTURE_CASES + ROW_CASES
+#: Cases that place a few tokens of a fixture (`token_probes`): order probes of reductions over tokens.
+KNOWN_CASES: tuple[str, ...] = FIXTURE_CASES + ROW_CASES + TOKEN_CASES
+_NEEDS_INPUTS = frozenset(ROW_CASES) | frozenset(TOKEN_CASES)
 _NEEDS_BLOCKS = frozenset({"block_edge_lengths", "decode_crosses_key_block"})
 #: Width of the rows the presence check draws (the kind of a row does not depend on its width).
 CHECK_ROW_WIDTH = 256
@@ -87,8 +90,8 @@ def parse_hard_cases(
         if (name in _NEEDS_BLOCKS) != bool(blocks):
             need = "needs" if name in _NEEDS_BLOCKS else "takes no"
             raise WorkloadError(f"{where}: this case {need} 'blocks'", source)
-        if (name in ROW_CASES) != bool(inputs):
-            need = "needs" if name in ROW_CASES else "takes no"
+        if (name in _NEEDS_INPUTS) != bool(inputs):
+            need = "needs" if name in _NEEDS_INPUTS else "takes no"
             raise WorkloadError(f"{where}: this case {need} 'inputs'", source)
         for item in inputs:
             if item.split(".", 1)[0] not in operators:
@@ -96,6 +99,9 @@ def parse_hard_cases(
         out[name] = HardCaseSpec(name, str(case["what"]), tuple(case["tiers"]), blocks, inputs)
     slots: dict[tuple[str, int], str] = {}
     for spec in out.values():
+        if spec.name in TOKEN_CASES:
+            _check_token_inputs(spec, source)
+            continue
         for item in spec.inputs:
             other = slots.setdefault((item, HARD_ROW_SLOT[spec.name]), spec.name)
             if other != spec.name:  # one row kind per slot: the second would never be generated
@@ -105,6 +111,30 @@ def parse_hard_cases(
                     source,
                 )
     return MappingProxyType(out)
+
+
+def _check_token_inputs(spec: HardCaseSpec, source: str) -> None:
+    """A token probe edits an input and what meets it: dW needs each operator's input with its upstream
+    gradient, attention's probe its query and its values."""
+    where = f"$.fixtures.hard_cases.{spec.name}.inputs"
+    by_op: dict[str, set[str]] = {}
+    for item in spec.inputs:
+        op, _, name = item.partition(".")
+        by_op.setdefault(op, set()).add(name)
+    for op, names in sorted(by_op.items()):
+        if spec.name == "wgrad_order_tokens":
+            ok = "upstream" in names and len(names) == 2
+            want = "one input and its upstream"
+        else:
+            ok = names == {"q", "v"}
+            want = "q and v"
+        if not ok:
+            raise WorkloadError(f"{where}: {op} names {sorted(names)}; the probe needs {want}", source)
+
+
+def token_cases_of(cases: Mapping[str, HardCaseSpec]) -> Mapping[str, tuple[str, ...]]:
+    """Token probe case -> the operator inputs it edits."""
+    return MappingProxyType({c.name: c.inputs for c in cases.values() if c.name in TOKEN_CASES})
 
 
 def hard_rows_of(cases: Mapping[str, HardCaseSpec]) -> Mapping[str, tuple[str, ...]]:
@@ -207,6 +237,63 @@ def _check_rows(case: str, spec: HardCaseSpec, manifest: Manifest, fx: Fixture) 
     return Finding(case, fx.tier, True, f"inputs {list(spec.inputs)} hold active rows")
 
 
+def _probe_tensor(fx: Fixture, item: str) -> torch.Tensor:
+    """The input as the harness builds it: generated rows, then the token probes' edit."""
+    keys = list(fx.logical_keys)
+    kinds = fx.hard_rows.get(item, ())
+    rows = logical_tensor(fx.case_id, item, keys, CHECK_ROW_WIDTH, torch.float32, hard_rows=kinds)
+    return apply_edit(rows, keys, fx.token_edits.get(item))
+
+
+def _check_tokens(case: str, spec: HardCaseSpec, fx: Fixture) -> Finding:
+    """The probe tokens exist, are active and placed as `token_probes` says, and each input holds its edit."""
+    active = dict(zip(fx.logical_keys, fx.active.tolist(), strict=True))
+    row_of = {key: r for r, key in enumerate(fx.logical_keys)}
+    if case == "wgrad_order_tokens":
+        kinds = sorted({k for item in spec.inputs for k in fx.hard_rows.get(item, ())})
+        wprobes = wgrad_probes(fx.samples, kinds)
+        if not wprobes:
+            return Finding(
+                case, fx.tier, False, "no sample after the first has active tokens in two 16-token blocks"
+            )
+        for probe in wprobes:
+            tokens = (probe.tiny, probe.plus, probe.minus)
+            earlier = probe.tiny[0] < probe.plus[0] if probe.tiny_first else probe.tiny[0] > probe.plus[0]
+            placed = (
+                all(active[t] for t in tokens)
+                and earlier
+                and probe.plus[0] == probe.minus[0]
+                and probe.plus[1] // 16 < probe.minus[1] // 16
+            )
+            if not placed:
+                return Finding(case, fx.tier, False, f"probe tokens {tokens} are misplaced")
+            for item in spec.inputs:
+                col = _probe_tensor(fx, item)[:, probe.column]
+                got = tuple(float(col[row_of[t]]) for t in tokens)
+                if item.endswith(".upstream"):
+                    ok = got == (ORDER_PROBE_TINY, 1.0, -1.0)
+                else:
+                    ok = got == (1.0, 1.0, 1.0) and int((col != 0).sum()) == 3
+                if not ok:
+                    return Finding(case, fx.tier, False, f"input {item} does not hold the probe at {tokens}")
+        where = [(p.tiny, p.plus, p.minus) for p in wprobes]
+        return Finding(case, fx.tier, True, f"tokens {where} probe dW in {list(spec.inputs)}")
+    probes = pv_probes(fx.samples)
+    if not probes:
+        return Finding(case, fx.tier, False, "no sample is long enough for a probe query")
+    for p in probes:
+        q = _probe_tensor(fx, next(i for i in spec.inputs if i.endswith(".q")))
+        v = _probe_tensor(fx, next(i for i in spec.inputs if i.endswith(".v")))
+        qrows = [row_of[(p.sample_id, i)] for i in p.queries]
+        if not all(active[(p.sample_id, i)] for i in p.queries) or bool(q[qrows].any()):
+            return Finding(case, fx.tier, False, f"sample {p.sample_id}: the probe queries are not zero rows")
+        col = v[[row_of[(p.sample_id, j)] for j in range(fx.samples[p.sample_id].length)], PROBE_COLUMN]
+        nonzero = {int(j): float(col[j]) for j in torch.nonzero(col).flatten()}
+        if nonzero != {1: ORDER_PROBE_TINY, 768: 1.0, 896: -1.0}:
+            return Finding(case, fx.tier, False, f"sample {p.sample_id}: value column 0 is {nonzero}")
+    return Finding(case, fx.tier, True, f"samples {[p.sample_id for p in probes]} hold zero queries")
+
+
 def check_case(spec: HardCaseSpec, manifest: Manifest, fx: Fixture) -> Finding:
     """Whether `spec` is present in the fixture `fx` (one tier)."""
     case = spec.name
@@ -219,6 +306,8 @@ def check_case(spec: HardCaseSpec, manifest: Manifest, fx: Fixture) -> Finding:
         return Finding(case, fx.tier, bool(near), detail)
     if case in ("single_row_call", "padded_layouts_pad", "decode_crosses_key_block"):
         return _check_layouts(case, spec, manifest, fx)
+    if case in TOKEN_CASES:
+        return _check_tokens(case, spec, fx)
     return _check_rows(case, spec, manifest, fx)
 
 

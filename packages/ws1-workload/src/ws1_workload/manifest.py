@@ -20,7 +20,7 @@ import yaml
 from ._contract import fingerprint as _fingerprint
 from ._contract import validate_manifest_document
 from .errors import WorkloadError
-from .hardcases import HardCaseSpec, hard_rows_of, parse_hard_cases
+from .hardcases import HardCaseSpec, hard_rows_of, parse_hard_cases, token_cases_of
 
 #: The chain nodes of the Qwen3 dense forward, in chain order. The manifest must declare exactly these.
 CHAIN_NODES: tuple[str, ...] = (
@@ -168,6 +168,11 @@ class Manifest:
     def hard_rows(self) -> Mapping[str, tuple[str, ...]]:
         """Operator input (`<operator>.<input>`) -> the kinds of hard row it holds."""
         return hard_rows_of(self.hard_cases)
+
+    @property
+    def token_cases(self) -> Mapping[str, tuple[str, ...]]:
+        """Token probe case (`token_probes.TOKEN_CASES`) -> the operator inputs it edits."""
+        return token_cases_of(self.hard_cases)
 
     def model(self, name: str) -> ModelConfig:
         if name not in self.models:
