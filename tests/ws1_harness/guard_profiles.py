@@ -112,7 +112,9 @@ def split_kv_small_calls(q: Tensor, k: Tensor, v: Tensor, scale: float, ctx: Lay
     from ws1_kernels.portable import _math
     from ws1_kernels.portable._blocks import KEY_BLOCK, QUERY_BLOCK, tree_sum
 
-    pa = importlib.import_module("ws1_kernels.portable.attention")  # the package exports a function of that name
+    pa = importlib.import_module(
+        "ws1_kernels.portable.attention"
+    )  # the package exports a function of that name
 
     if q.shape[0] > 8 or (torch.is_grad_enabled() and q.requires_grad):
         return pa.attention(q, k, v, scale, ctx)
