@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from ws1_harness import cli
+from ws1_harness import cli, cli_support
 from ws1_harness.errors import HarnessError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +73,7 @@ def test_gate_merge_report_run_without_torch(real_evidence: Path, tmp_path: Path
 
 def test_run_commands_name_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     cli.require_run_extra("matrix")  # negative control: everything is installed here
-    monkeypatch.setattr(cli, "RUN_MODULES", ("torch", "ws1_no_such_module"))
+    monkeypatch.setattr(cli_support, "RUN_MODULES", ("torch", "ws1_no_such_module"))
     with pytest.raises(
         HarnessError, match=r"ws1 matrix: needs ws1_no_such_module, .*ws1-harness\[run\]"
     ) as info:

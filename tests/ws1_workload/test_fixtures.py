@@ -13,7 +13,8 @@ import torch
 from ws1_workload import WorkloadError, build_fixture, load_manifest
 from ws1_workload.digest import fixture_digest
 from ws1_workload.fixtures import make_fixture
-from ws1_workload.hardcases import KNOWN_CASES, check_block_edge_coverage, check_case, check_hard_cases
+from ws1_workload.hardcase_checks import check_block_edge_coverage, check_case, check_hard_cases
+from ws1_workload.hardcases import KNOWN_CASES
 
 
 def test_tier_shapes(manifest):

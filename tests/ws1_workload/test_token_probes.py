@@ -326,7 +326,7 @@ def test_a_token_probe_with_a_missing_partner_is_refused(write_manifest) -> None
 def test_a_tier_without_a_probe_place_is_reported_absent() -> None:
     """Negative control of the presence check: one sample cannot hold the wgrad probe; the check says so."""
     from ws1_workload.fixtures import make_fixture
-    from ws1_workload.hardcases import check_case
+    from ws1_workload.hardcase_checks import check_case
 
     fx = make_fixture(
         "probe",

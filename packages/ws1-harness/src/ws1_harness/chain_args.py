@@ -35,7 +35,7 @@ def add_chain_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
 
 def run_cli(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Check `--out` before torch is imported, then run the chain: exit 0 pass, 1 a failed judgment."""
-    from ws1_harness.cli import UsageError, out_dir, require_run_extra
+    from ws1_harness.cli_support import UsageError, out_dir, require_run_extra
 
     require_run_extra("chain")  # one line naming what is missing, never "internal error"
     tiers = args.tier or []
