@@ -95,7 +95,7 @@ def measure(
     """Every (profile, seed, tier) run's figures, pooled per aggregate. ``checkpoint(partial)`` is called after
     each run with what is measured so far (a 36-layer run takes minutes: a run cut by a time limit keeps its
     finished seeds)."""
-    from ws1_harness.chain import Chain, ChainSettings, gradient_figures, on_host, release_device_memory
+    from ws1_harness.run.chain import Chain, ChainSettings, gradient_figures, on_host, release_device_memory
     from ws1_kernels.integrations import qwen3, rollout
 
     pooled: dict[str, list[float]] = {k: [] for k in (*LOGPROB, *GRADIENT)}

@@ -49,9 +49,9 @@ from typing import Any
 
 import torch
 
-from ws1_harness.adapters import build_adapters
-from ws1_harness.layouts_exec import run_layout, run_reference
-from ws1_harness.unit import logical_inputs
+from ws1_harness.run.adapters import build_adapters
+from ws1_harness.run.layouts_exec import run_layout, run_reference
+from ws1_harness.run.unit import logical_inputs
 from ws1_kernels import reference, registry
 from ws1_workload import build_fixture, build_layout, load_manifest
 

@@ -13,7 +13,7 @@ import pstats
 import sys
 import time
 
-from ws1_harness.tasks import UnitTask, execute_task
+from ws1_harness.run.tasks import UnitTask, execute_task
 
 
 def main() -> None:

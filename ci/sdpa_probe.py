@@ -72,7 +72,7 @@ def main() -> None:
         "cudnn": [SDPBackend.CUDNN_ATTENTION],
         "math": [SDPBackend.MATH],
     }
-    from ws1_harness.observe import observe  # the harness's own dispatch watch, as the sweep runs it
+    from ws1_harness.run.observe import observe  # the harness's own dispatch watch, as the sweep runs it
 
     base = (
         64  # every configuration gets key lengths no earlier one used: a plan cached by shape is not reused

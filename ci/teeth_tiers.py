@@ -15,8 +15,8 @@ sys.path.insert(0, "tests/ws1_harness")
 import teeth_profiles as tp
 
 from ws1_contract import load_contract
-from ws1_harness.adapters import build_adapters
-from ws1_harness.unit import CandidateUnderTest, run_unit
+from ws1_harness.run.adapters import build_adapters
+from ws1_harness.run.unit import CandidateUnderTest, run_unit
 from ws1_kernels import reference
 from ws1_workload import build_fixture, load_manifest
 

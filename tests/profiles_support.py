@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from ws1_harness.layouts_exec import PARAM_RULE_MAIN_GRAD
+from ws1_harness.run.layouts_exec import PARAM_RULE_MAIN_GRAD
 from ws1_kernels import Candidate, CandidateUnavailable, registry
 
 # snapshot at collection: plug-in profiles registered by other tests' bodies are not built-ins to test here

@@ -1,7 +1,7 @@
 """Synthetic evidence for the harness tests, built through the real EvidenceWriter (never hand-written JSON).
 
 The axes are small; every expected count in the tests is derived from them through
-ws1_harness.cells.expected_cells, never hard-coded. The evidence names the shipped contract and manifest (the
+ws1_harness.verdict.cells.expected_cells, never hard-coded. The evidence names the shipped contract and manifest (the
 gate refuses any other), its operator specs are the manifest's, and each green cell carries the passing checks
 the gate re-judges it from: one per manifest layout its judgment compares, with the contract's thresholds.
 """
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ws1_harness.cells import Cell, CellKey, ExpectedCell, LayoutResult, check_record, expected_cells
-from ws1_harness.evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef
-from ws1_harness.inventory import DIRECT_ITEMS, node_verdicts
-from ws1_harness.rejudge import shipped_reference
+from ws1_harness.verdict.cells import Cell, CellKey, ExpectedCell, LayoutResult, check_record, expected_cells
+from ws1_harness.verdict.evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef
+from ws1_harness.verdict.inventory import DIRECT_ITEMS, node_verdicts
+from ws1_harness.verdict.rejudge import shipped_reference
 
 JUDGMENTS = ("forward_accuracy", "forward_invariance", "gradient_accuracy", "gradient_invariance")
 
@@ -184,7 +184,7 @@ class Factory:
     @staticmethod
     def redigest(doc: dict) -> dict:
         """Recompute every cells digest of an edited document, as a forger covering an edit would."""
-        from ws1_harness.evidence import cells_digest, shard_cells
+        from ws1_harness.verdict.evidence import cells_digest, shard_cells
 
         doc["cells_digest"] = cells_digest(doc["cells"])
         for i, entry in enumerate(doc["shards"]):

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import torch
 
 from ws1_contract import load_contract
-from ws1_harness.adapters import build_adapters
-from ws1_harness.unit import CandidateUnderTest, UnitResult, run_unit
+from ws1_harness.run.adapters import build_adapters
+from ws1_harness.run.unit import CandidateUnderTest, UnitResult, run_unit
 from ws1_kernels import reference, registry
 from ws1_workload import Fixture, load_manifest
 

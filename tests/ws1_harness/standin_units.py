@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ws1_harness.tasks import UnitTask
-from ws1_harness.unit import JUDGMENTS
+from ws1_harness.run.tasks import UnitTask
+from ws1_harness.run.unit import JUDGMENTS
 
 
 def error_records(

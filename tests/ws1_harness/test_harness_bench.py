@@ -14,10 +14,10 @@ import pytest
 import torch
 from profiles_support import CANDIDATE_PROFILES, MAIN_GRAD_PROFILES, skip_unless_runs_on
 
-from ws1_harness.bench import cases, records, targets
-from ws1_harness.bench.runner import Options, collect
-from ws1_harness.bench.shapes import BENCH_OPS, OPERATOR_OF, Point, op_shapes, operator_of
 from ws1_harness.cli import main
+from ws1_harness.run.bench import cases, records, targets
+from ws1_harness.run.bench.runner import Options, collect
+from ws1_harness.run.bench.shapes import BENCH_OPS, OPERATOR_OF, Point, op_shapes, operator_of
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = [

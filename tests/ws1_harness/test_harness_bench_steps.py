@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ws1_harness.bench import records, targets
-from ws1_harness.bench import steps as ST
-from ws1_harness.bench.runner import Options, collect
 from ws1_harness.cli import main
+from ws1_harness.run.bench import records, targets
+from ws1_harness.run.bench import steps as ST
+from ws1_harness.run.bench.runner import Options, collect
 from ws1_kernels import native, registry
 from ws1_kernels.integrations.qwen3 import CHAIN_OPERATORS
 from ws1_workload import load_manifest, tensor_shapes

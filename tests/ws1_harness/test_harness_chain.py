@@ -15,8 +15,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from ws1_harness.chain import Chain, ChainSettings  # noqa: E402
 from ws1_harness.cli import main  # noqa: E402
+from ws1_harness.run.chain import Chain, ChainSettings  # noqa: E402
 from ws1_kernels import portable  # noqa: E402
 from ws1_kernels.integrations import qwen3  # noqa: E402
 
@@ -152,7 +152,7 @@ def test_cli_bad_input_exits_two_with_one_line(tmp_path, capsys, extra, message)
 def test_on_host_moves_every_gradient_with_its_bits_and_keeps_absent_ones():
     """The 36-layer run moves the packed layout's gradients off the device before the fp32 reference: the
     figures computed afterwards must see the same bits, and an absent gradient must stay absent (it fails)."""
-    from ws1_harness.chain import TrainRun, gradient_figures, on_host
+    from ws1_harness.run.chain import TrainRun, gradient_figures, on_host
 
     g = torch.tensor([1.0, -0.0, 3.5e-8, float("nan")])
     run = TrainRun("packed", torch.zeros(2), {"w": g, "missing": None})

@@ -22,12 +22,12 @@ pytest.importorskip("transformers")
 from commit_support import REAL_COMMIT, stated_commit  # noqa: E402
 from profiles_support import BATCH_INVARIANT_PROFILES, STOCK_PROFILES, skip_unless_runs_on  # noqa: E402
 
-from ws1_harness.chain import Chain, ChainSettings, output_path, run_chain, write_result  # noqa: E402
 from ws1_harness.cli import main  # noqa: E402
-from ws1_harness.evidence import cells_digest, load_evidence, write_evidence_json  # noqa: E402
-from ws1_harness.gate import EXIT_BAD_INPUT, EXIT_PASS, EXIT_RED, gate  # noqa: E402
-from ws1_harness.merge import merge  # noqa: E402
-from ws1_harness.report import render_markdown  # noqa: E402
+from ws1_harness.run.chain import Chain, ChainSettings, output_path, run_chain, write_result  # noqa: E402
+from ws1_harness.verdict.evidence import cells_digest, load_evidence, write_evidence_json  # noqa: E402
+from ws1_harness.verdict.gate import EXIT_BAD_INPUT, EXIT_PASS, EXIT_RED, gate  # noqa: E402
+from ws1_harness.verdict.merge import merge  # noqa: E402
+from ws1_harness.verdict.report import render_markdown  # noqa: E402
 from ws1_kernels import registry  # noqa: E402
 
 

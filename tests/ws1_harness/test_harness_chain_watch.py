@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("transformers")
 
-from ws1_harness.chain_watch import GLUE, NodeDump, NodeWatch, first_difference, tapped  # noqa: E402
+from ws1_harness.run.chain_watch import GLUE, NodeDump, NodeWatch, first_difference, tapped  # noqa: E402
 from ws1_kernels import LayoutContext, portable  # noqa: E402
 from ws1_kernels.integrations import qwen3  # noqa: E402
 from ws1_workload import (  # noqa: E402

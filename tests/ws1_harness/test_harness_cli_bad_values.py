@@ -121,7 +121,7 @@ def test_gate_refuses_a_device_file_before_reading_it(capsys) -> None:
 
 
 def test_gate_refuses_an_oversized_file_before_reading_it(tmp_path: Path, capsys, monkeypatch) -> None:
-    from ws1_harness import evidence
+    from ws1_harness.verdict import evidence
 
     big = tmp_path / "big.json"
     big.write_text("{" + " " * 4096 + "}")
@@ -139,7 +139,7 @@ def test_json_number_beyond_a_double_names_the_file(tmp_path: Path, capsys) -> N
 
 def test_report_of_a_bench_file_inside_the_checkout_is_refused(tmp_path: Path, capsys) -> None:
     """`ws1 report` on a bench JSON inside the checkout once wrote there without --allow-in-checkout."""
-    from ws1_harness.bench import is_bench_file
+    from ws1_harness.run.bench import is_bench_file
 
     bench = REPO / "docs" / "evidence" / "gpu-sm90-f102aaa" / "bench" / "bench-triton_cuda_bf16-cuda.json"
     assert is_bench_file(str(bench))

@@ -135,13 +135,13 @@ def test_a_bug_is_reported_as_an_internal_error_with_a_traceback_hint(
 
 
 def test_every_harness_input_error_shares_one_base() -> None:
-    from ws1_harness.bench.records import BenchInputError
-    from ws1_harness.cells import CellError
-    from ws1_harness.compare import ComparatorError
     from ws1_harness.errors import HarnessError
-    from ws1_harness.evidence import EvidenceError
-    from ws1_harness.matrix import MatrixInputError
-    from ws1_harness.status import StatusError
+    from ws1_harness.run.bench.records import BenchInputError
+    from ws1_harness.run.compare import ComparatorError
+    from ws1_harness.run.matrix import MatrixInputError
+    from ws1_harness.verdict.cells import CellError
+    from ws1_harness.verdict.evidence import EvidenceError
+    from ws1_harness.verdict.status import StatusError
 
     for cls in (BenchInputError, CellError, ComparatorError, EvidenceError, MatrixInputError, StatusError):
         assert issubclass(cls, HarnessError), cls
@@ -337,7 +337,7 @@ def test_every_kind_of_bad_candidates_is_one_plain_line(
 def test_matrix_help_states_the_real_defaults(capsys) -> None:
     """The help once said the default tier was every tier (it runs short and primary) and `--cell-timeout` was
     "per cell" (the limit is per unit)."""
-    from ws1_harness.matrix import CPU_DEFAULT_TIERS, DEFAULT_CELL_TIMEOUT_S
+    from ws1_harness.run.matrix import CPU_DEFAULT_TIERS, DEFAULT_CELL_TIMEOUT_S
 
     ran = ws1(capsys, "matrix", "--help")
     assert ran.code == 0

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 from standin_units import error_records
 
-from ws1_harness import cli, matrix
-from ws1_harness.gate import EXIT_PASS, EXIT_RED, GateResult
-from ws1_harness.tasks import UnitTask
-from ws1_harness.unit import JUDGMENTS
+from ws1_harness import cli
+from ws1_harness.run import matrix
+from ws1_harness.run.tasks import UnitTask
+from ws1_harness.run.unit import JUDGMENTS
+from ws1_harness.verdict.gate import EXIT_PASS, EXIT_RED, GateResult
 
 TINY = ["--model", "tiny", "--tier", "short", "--in-process"]
 
@@ -107,13 +108,13 @@ def test_a_shard_names_the_merge_as_its_next_step(tmp_path: Path) -> None:
 )
 def test_a_dead_worker_says_how_it_died(exitcode: int | None, message: str) -> None:
     """It once read "worker died: worker exited: " with nothing after it."""
-    from ws1_harness.worker import death_message
+    from ws1_harness.run.worker import death_message
 
     assert death_message(exitcode) == message
 
 
 def test_the_pool_records_the_death_in_the_cells(monkeypatch) -> None:
-    from ws1_harness import worker
+    from ws1_harness.run import worker
 
     class DeadProcess:
         exitcode = -signal.SIGKILL
@@ -150,7 +151,7 @@ def test_the_pool_records_the_death_in_the_cells(monkeypatch) -> None:
 def test_a_plugin_without_the_optional_node_is_na_optional_not_provided(monkeypatch) -> None:
     """docs/gate.md promises `na optional_not_provided`; a plug-in without linear_logp was red
     `candidate_unavailable`. A required node the plug-in leaves out stays red (the negative control)."""
-    from ws1_harness.tasks import execute_task
+    from ws1_harness.run.tasks import execute_task
     from ws1_kernels import registry
 
     monkeypatch.setattr(registry, "_PROFILES", dict(registry._PROFILES))
@@ -163,7 +164,7 @@ def test_a_plugin_without_the_optional_node_is_na_optional_not_provided(monkeypa
 
 
 def test_the_gate_passes_the_optional_na_it_promises(factory) -> None:
-    from ws1_harness.gate import gate
+    from ws1_harness.verdict.gate import gate
 
     synth = factory.Synth()
     keys = [k for k in synth.expected() if k.operator == "linear_logp"]
@@ -179,7 +180,7 @@ def test_the_gate_passes_the_optional_na_it_promises(factory) -> None:
 def test_a_run_outside_a_checkout_says_how_to_record_its_commit(tmp_path: Path, capsys, monkeypatch) -> None:
     """A non-editable install records commit `unknown`, so `--require-clean` / `--expect-commit` are always red;
     the run says so up front and how to fix it, and WS1_SOURCE_COMMIT records the commit for such an install."""
-    from ws1_harness import provenance
+    from ws1_harness.verdict import provenance
 
     installed = tmp_path / "site-packages" / "ws1_harness"  # where a non-editable install puts the code
     installed.mkdir(parents=True)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from ws1_harness.compare import (
+from ws1_harness.run.compare import (
     ComparatorError,
     Comparison,
     ReferenceDtypeError,
@@ -221,7 +221,7 @@ def test_fast_fp32_rule_agrees_with_fp64_rule_at_the_boundary() -> None:
     """The fp32 fast path must give the fp64 rule's verdict element by element, right at the bound."""
     import torch
 
-    from ws1_harness import compare as C
+    from ws1_harness.run import compare as C
 
     class Spec:
         mode, atol, rtol = "tolerance", 5e-2, 2e-2
@@ -244,7 +244,7 @@ def test_fast_fp32_rule_agrees_with_fp64_rule_at_the_boundary() -> None:
 def test_large_tensors_are_compared_in_chunks_with_the_same_verdict() -> None:
     import torch
 
-    from ws1_harness import compare as C
+    from ws1_harness.run import compare as C
 
     class Spec:
         mode, atol, rtol = "tolerance", 1e-3, 0.0
@@ -269,7 +269,7 @@ def test_large_tensors_are_compared_in_chunks_with_the_same_verdict() -> None:
 def test_large_bit_mismatch_keeps_its_verdict_with_cheap_diagnostics(monkeypatch) -> None:
     import torch
 
-    from ws1_harness import compare as C
+    from ws1_harness.run import compare as C
 
     monkeypatch.setattr(C, "ULP_DIAGNOSTIC_LIMIT", 16)
     a = torch.zeros(8, 8)

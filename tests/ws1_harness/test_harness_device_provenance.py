@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ws1_harness.evidence import cells_digest
-from ws1_harness.gate import EXIT_BAD_INPUT, EXIT_PASS, device_contradictions, gate
+from ws1_harness.verdict.evidence import cells_digest
+from ws1_harness.verdict.gate import EXIT_BAD_INPUT, EXIT_PASS, device_contradictions, gate
 
 CUDA_SM90 = {"type": "cuda", "name": "NVIDIA H200", "capability": "sm_90"}
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ws1_harness.cells import Cell, CellKey
-from ws1_harness.evidence import (
+from ws1_harness.verdict.cells import Cell, CellKey
+from ws1_harness.verdict.evidence import (
     SCHEMA_VERSION,
     EvidenceError,
     EvidenceWriter,
@@ -19,7 +19,7 @@ from ws1_harness.evidence import (
     partial_path_for,
     read_evidence,
 )
-from ws1_harness.gate import gate
+from ws1_harness.verdict.gate import gate
 
 
 def test_round_trip_through_the_schema(factory) -> None:
@@ -151,7 +151,7 @@ def test_refuses_to_write_inside_a_checkout(factory, tmp_path: Path) -> None:
 def test_only_the_judged_plugins_are_recorded() -> None:
     """A process may have loaded plug-ins it does not judge (a test session did): their records stay out, so a
     file's provenance does not depend on what else ran in its process. Control: a judged plug-in is kept."""
-    from ws1_harness.evidence import _judged_plugins
+    from ws1_harness.verdict.evidence import _judged_plugins
 
     entry = {"profile": "mine", "module": "m", "file": "m.py", "sha256": None}
     other = {"profile": "theirs", "module": "t", "file": "t.py", "sha256": None}

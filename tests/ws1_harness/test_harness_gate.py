@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ws1_harness.gate import EXIT_BAD_INPUT, EXIT_PASS, EXIT_PENDING, EXIT_RED, gate
+from ws1_harness.verdict.gate import EXIT_BAD_INPUT, EXIT_PASS, EXIT_PENDING, EXIT_RED, gate
 
 
 def _first(expected, *, na: bool | None = None, required: bool | None = None):
@@ -232,7 +232,7 @@ def test_gate_red_on_any_open_inventory_verdict(factory, verdict: str) -> None:
 
 def test_gate_rederives_node_items_from_cells(factory, monkeypatch) -> None:
     """A red rope cell fails the rope inventory item even though no stored entry says so: every failing kind counts."""
-    from ws1_harness.cells import CellKey
+    from ws1_harness.verdict.cells import CellKey
 
     spec = {"op_class": "elementwise", "differentiable": True, "optional": False, "layout_only": False}
     monkeypatch.setitem(factory.operator_specs, "rope", spec)  # the very dict the synthetic writer reads
@@ -278,7 +278,7 @@ def test_an_edited_node_inventory_entry_is_red(factory, edit) -> None:
 def test_a_stored_pass_over_a_red_node_cell_is_red_twice(factory, monkeypatch) -> None:
     """A node entry rewritten to `pass` over a red cell: the stored entry contradicts the cells, and the derived
     verdict is open."""
-    from ws1_harness.cells import CellKey
+    from ws1_harness.verdict.cells import CellKey
 
     spec = {"op_class": "elementwise", "differentiable": True, "optional": False, "layout_only": False}
     monkeypatch.setitem(factory.operator_specs, "rope", spec)

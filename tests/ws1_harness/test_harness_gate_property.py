@@ -21,8 +21,8 @@ from commit_support import REAL_COMMIT  # noqa: E402
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ws1_harness.evidence import cells_digest, shard_cells
-from ws1_harness.gate import EXIT_PASS, gate
+from ws1_harness.verdict.evidence import cells_digest, shard_cells
+from ws1_harness.verdict.gate import EXIT_PASS, gate
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "gate.md"
 DIGEST_FIELDS = frozenset({"cells_digest", "shards[].cells_digest"})

@@ -16,9 +16,9 @@ import pytest
 from commit_support import REAL_COMMIT  # noqa: E402
 
 from ws1_harness import cli
-from ws1_harness.evidence import write_evidence_json
-from ws1_harness.gate import EXIT_BAD_INPUT, EXIT_PASS, EXIT_RED, gate
-from ws1_harness.merge import merge
+from ws1_harness.verdict.evidence import write_evidence_json
+from ws1_harness.verdict.gate import EXIT_BAD_INPUT, EXIT_PASS, EXIT_RED, gate
+from ws1_harness.verdict.merge import merge
 
 
 def _load(path: Path) -> dict:
@@ -43,7 +43,7 @@ def _fail_first_check(cell: dict) -> None:
 
 
 def _recount(doc: dict) -> None:
-    from ws1_harness.evidence import counts_of
+    from ws1_harness.verdict.evidence import counts_of
 
     doc["counts"] = counts_of(doc["cells"])
 
@@ -159,7 +159,7 @@ def test_operator_spec_other_than_the_manifests_is_red(real_evidence: Path) -> N
 
 
 def test_gate_options_name_the_contract_and_manifest(real_evidence: Path, tmp_path: Path, capsys) -> None:
-    from ws1_harness.rejudge import packaged_manifest_path
+    from ws1_harness.verdict.rejudge import packaged_manifest_path
 
     root = Path(__file__).resolve().parents[2]
     same_contract = tmp_path / "same.json"
@@ -227,7 +227,7 @@ def test_cell_edited_after_writing_is_a_digest_mismatch(real_evidence: Path, fac
 
 
 def test_merged_file_checks_each_shard_digest(factory, monkeypatch, tmp_path: Path) -> None:
-    from ws1_harness.evidence import cells_digest
+    from ws1_harness.verdict.evidence import cells_digest
 
     monkeypatch.setenv("WS1_SOURCE_COMMIT", "d" * 40)
     keys = list(factory.Synth().expected())
@@ -261,7 +261,7 @@ def test_reduced_run_says_so_and_fails_full(real_evidence: Path) -> None:
 
 
 def _all_operators(factory, monkeypatch) -> tuple[str, ...]:
-    from ws1_harness.rejudge import shipped_reference
+    from ws1_harness.verdict.rejudge import shipped_reference
 
     man = shipped_reference().manifest
     for name, info in man.operators.items():  # the very dict the synthetic writer reads
@@ -325,7 +325,7 @@ def test_plugin_evidence_records_its_source(tmp_path: Path, monkeypatch) -> None
     import hashlib
     import sys
 
-    from ws1_harness.provenance import collect_provenance
+    from ws1_harness.verdict.provenance import collect_provenance
 
     module = tmp_path / "trust_plugin_mod.py"
     module.write_text(
@@ -372,8 +372,8 @@ def test_verdict_side_imports_no_torch(real_evidence: Path) -> None:
 
     code = (
         "import sys\n"
-        "from ws1_harness.gate import gate\n"
-        "from ws1_harness import merge, rejudge, evidence, cells, status\n"
+        "from ws1_harness.verdict.gate import gate\n"
+        "from ws1_harness.verdict import merge, rejudge, evidence, cells, status\n"
         f"r = gate({str(real_evidence)!r})\n"
         "assert r.exit_code == 0, r.lines\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'triton', 'ws1_kernels', 'ws1_workload'})\n"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from guard_profiles import sequential_dot
 
-from ws1_harness.tasks import UnitTask, execute_task
+from ws1_harness.run.tasks import UnitTask, execute_task
 from ws1_kernels import launches, registry
 from ws1_kernels.registry import Candidate
 

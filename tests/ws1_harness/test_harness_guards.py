@@ -17,8 +17,8 @@ import torch
 from planted import run_planted
 
 from ws1_contract import load_contract
-from ws1_harness.adapters import build_adapters
-from ws1_harness.unit import CandidateUnderTest, UnitResult, run_unit
+from ws1_harness.run.adapters import build_adapters
+from ws1_harness.run.unit import CandidateUnderTest, UnitResult, run_unit
 from ws1_kernels import LayoutContext, launches, reference
 from ws1_workload import build_fixture, build_layout, load_manifest
 
@@ -323,7 +323,7 @@ def test_candidate_for_missing_hardware_is_pending_arch_not_red() -> None:
     """Trap 16: the arch a candidate needs is declared on the candidate; the harness gates on capability."""
     from dataclasses import replace
 
-    from ws1_harness.tasks import UnitTask, execute_task
+    from ws1_harness.run.tasks import UnitTask, execute_task
     from ws1_kernels import registry
 
     sm90 = replace(gp.portable("silu"), profile="guard_sm90", device="cuda", min_arch="sm90")

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from ws1_harness.evidence import EvidenceError, write_evidence_json
-from ws1_harness.gate import EXIT_PASS, EXIT_RED, gate
-from ws1_harness.merge import MergeError, merge
+from ws1_harness.verdict.evidence import EvidenceError, write_evidence_json
+from ws1_harness.verdict.gate import EXIT_PASS, EXIT_RED, gate
+from ws1_harness.verdict.merge import MergeError, merge
 
 
 def _split(expected):

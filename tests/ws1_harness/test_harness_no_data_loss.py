@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from standin_units import error_records
 
-from ws1_harness import cli, matrix
-from ws1_harness.tasks import UnitTask
+from ws1_harness import cli
+from ws1_harness.run import matrix
+from ws1_harness.run.tasks import UnitTask
 
 TINY = ["--model", "tiny", "--tier", "short", "--in-process"]
 REPO = Path(__file__).resolve().parents[2]
@@ -171,7 +172,7 @@ def test_interrupted_chain_keeps_the_tiers_it_finished(tmp_path: Path, capsys, m
     file as soon as it is judged."""
     import json
 
-    from ws1_harness import chain as chain_mod
+    from ws1_harness.run import chain as chain_mod
 
     calls: list[str] = []
 

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ws1_harness.observe import TRITON_LAUNCHES, Observation, observe
-from ws1_harness.unit import CandidateUnderTest, _observation_problem
+from ws1_harness.run.observe import TRITON_LAUNCHES, Observation, observe
+from ws1_harness.run.unit import CandidateUnderTest, _observation_problem
 from ws1_kernels import launches
 
 pytest.importorskip("triton")

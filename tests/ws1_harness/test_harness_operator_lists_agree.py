@@ -11,7 +11,7 @@ the registry without breaking that direction or the harness's torch-free verdict
   module of each Triton operator): one entry per operator;
 - ``registry.PARAM_OPERATORS``: exactly the operators whose harness adapter has a parameter;
 - ``integrations.qwen3.CHAIN_OPERATORS``: the drop-in's call order, a subset by design;
-- ``ws1_harness.adapters.build_adapters``: one adapter per operator;
+- ``ws1_harness.run.adapters.build_adapters``: one adapter per operator;
 - ``bench.shapes.BENCH_OPS``, ``bench.shapes.op_shapes`` and ``bench.cases.CASES`` (report order, plus modes such as ``attention_decode``;
   the bench report side imports no torch), ``bench.targets.GEMM_OPS`` / ``MEMORY_BOUND``: subsets by design.
 
@@ -24,10 +24,10 @@ from collections.abc import Iterable
 
 import pytest
 
-from ws1_harness.adapters import build_adapters
-from ws1_harness.bench import cases as bench_cases
-from ws1_harness.bench import shapes as bench_shapes
-from ws1_harness.bench import targets as bench_targets
+from ws1_harness.run.adapters import build_adapters
+from ws1_harness.run.bench import cases as bench_cases
+from ws1_harness.run.bench import shapes as bench_shapes
+from ws1_harness.run.bench import targets as bench_targets
 from ws1_kernels import _declared, reference, registry, triton_ops
 from ws1_kernels.integrations import qwen3
 from ws1_workload import CHAIN_NODES, load_manifest

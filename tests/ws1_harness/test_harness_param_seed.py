@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ws1_harness.adapters import build_adapters
-from ws1_harness.tasks import UnitTask
-from ws1_harness.unit import logical_inputs
+from ws1_harness.run.adapters import build_adapters
+from ws1_harness.run.tasks import UnitTask
+from ws1_harness.run.unit import logical_inputs
 from ws1_workload import build_fixture, load_manifest
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ws1_harness import provenance
-from ws1_harness.provenance import collect_provenance, git_state
+from ws1_harness.verdict import provenance
+from ws1_harness.verdict.provenance import collect_provenance, git_state
 
 
 def test_collects_every_field() -> None:
@@ -68,7 +68,7 @@ def test_environment_override_is_labelled(monkeypatch: pytest.MonkeyPatch) -> No
 @pytest.mark.parametrize("bad", ["not-a-sha", "c75c590", "a" * 39])
 def test_environment_commit_must_be_a_full_sha(monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
     """An abbreviated or malformed commit is refused (one line), never recorded as `unknown` in silence."""
-    from ws1_harness.provenance import ProvenanceError
+    from ws1_harness.verdict.provenance import ProvenanceError
 
     monkeypatch.setenv("WS1_SOURCE_COMMIT", bad)
     with pytest.raises(ProvenanceError, match="full 40-hex commit"):
@@ -76,7 +76,7 @@ def test_environment_commit_must_be_a_full_sha(monkeypatch: pytest.MonkeyPatch, 
 
 
 def test_arch_proxy_is_recorded_only_when_declared(monkeypatch) -> None:
-    from ws1_harness.provenance import collect_provenance
+    from ws1_harness.verdict.provenance import collect_provenance
 
     monkeypatch.delenv("WS1_ARCH_PROXY", raising=False)
     assert collect_provenance(["ws1"]).arch_proxy is None
@@ -86,7 +86,7 @@ def test_arch_proxy_is_recorded_only_when_declared(monkeypatch) -> None:
 
 def test_evidence_never_records_machine_paths() -> None:
     """Committed evidence must not carry the writer's absolute paths (output folders, checkout location)."""
-    from ws1_harness.provenance import portable_command, portable_path, repo_root
+    from ws1_harness.verdict.provenance import portable_command, portable_path, repo_root
 
     assert portable_path("/root/out/ev/native_torch") == ".../ev/native_torch"
     assert portable_path("--tier") == "--tier" and portable_path("short") == "short"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ws1_harness.report import GLYPH, JUDGMENT_SHORT, write_report
+from ws1_harness.verdict.report import GLYPH, JUDGMENT_SHORT, write_report
 
 
 def test_report_beside_the_json(factory) -> None:
@@ -37,7 +37,7 @@ def test_report_of_a_crashed_run(factory, tmp_path: Path) -> None:
 
 def test_report_lists_where_bits_differ() -> None:
     """A failed invariance comparison shows its layout, tensor, count and first mismatching logical key."""
-    from ws1_harness.report import mismatches
+    from ws1_harness.verdict.report import mismatches
 
     cell = {
         "profile": "native_torch@sm90",
@@ -90,8 +90,8 @@ def _error_synth(factory):
 
 def test_report_never_prints_python_none(factory) -> None:
     """A CPU run has no driver, no CUDA and no capability: the report once printed `None` for each."""
-    from ws1_harness.evidence import read_evidence
-    from ws1_harness.report import render_markdown
+    from ws1_harness.verdict.evidence import read_evidence
+    from ws1_harness.verdict.report import render_markdown
 
     writer, _ = factory.write("none")
     doc = read_evidence(writer.path)
@@ -101,9 +101,9 @@ def test_report_never_prints_python_none(factory) -> None:
 
 def test_an_unknown_commit_is_said_plainly(factory, monkeypatch) -> None:
     """The heatmap title once read `file @ unknown: RED`."""
-    import ws1_harness.provenance as prov
-    from ws1_harness.evidence import read_evidence
-    from ws1_harness.report import heatmap_title, render_markdown
+    import ws1_harness.verdict.provenance as prov
+    from ws1_harness.verdict.evidence import read_evidence
+    from ws1_harness.verdict.report import heatmap_title, render_markdown
 
     monkeypatch.delenv("WS1_SOURCE_COMMIT", raising=False)
     monkeypatch.setattr(prov.shutil, "which", lambda name: None)  # no git: the commit cannot be known
@@ -125,9 +125,9 @@ def test_an_unknown_commit_is_said_plainly(factory, monkeypatch) -> None:
 
 def test_an_error_cell_shows_the_candidate_message_and_location(factory) -> None:
     """An error cell once showed only `error:exception`."""
-    from ws1_harness.evidence import cells_digest, read_evidence
-    from ws1_harness.gate import gate
-    from ws1_harness.report import render_markdown
+    from ws1_harness.verdict.evidence import cells_digest, read_evidence
+    from ws1_harness.verdict.gate import gate
+    from ws1_harness.verdict.report import render_markdown
 
     key, synth = _error_synth(factory)
     writer, _ = factory.write("err", synth)
@@ -144,8 +144,8 @@ def test_an_error_cell_shows_the_candidate_message_and_location(factory) -> None
 
 
 def test_a_merged_report_names_its_shards(factory, tmp_path) -> None:
-    from ws1_harness.merge import merge
-    from ws1_harness.report import render_markdown
+    from ws1_harness.verdict.merge import merge
+    from ws1_harness.verdict.report import render_markdown
 
     keys = list(factory.Synth().expected())
     a, _ = factory.write("shard_a", factory.Synth(only=keys[:5]))
@@ -154,7 +154,7 @@ def test_a_merged_report_names_its_shards(factory, tmp_path) -> None:
     shards = text.split("## Shards", 1)[1]
     assert "| 0 | shard_a.json |" in shards and "| 1 | shard_b.json |" in shards
     single, _ = factory.write("single")  # the negative control: a single run has no shard list
-    from ws1_harness.evidence import read_evidence
+    from ws1_harness.verdict.evidence import read_evidence
 
     assert "## Shards" not in render_markdown(read_evidence(single.path), "single.json")
 
@@ -163,8 +163,8 @@ def test_heatmap_has_a_glyph_per_cell_counts_in_the_legend_and_outlined_gaps(fac
     """Red and green once differed only by hue, and missing cells were white on white."""
     from matplotlib.patches import Rectangle
 
-    from ws1_harness.evidence import read_evidence
-    from ws1_harness.report import ORDER, PLOT_GLYPH, heatmap_figure, status_counts
+    from ws1_harness.verdict.evidence import read_evidence
+    from ws1_harness.verdict.report import ORDER, PLOT_GLYPH, heatmap_figure, status_counts
 
     synth = factory.Synth()
     expected = synth.expected()
@@ -206,7 +206,7 @@ def _accuracy_cell(op: str, judgment: str, status: str, ratio: float | None, max
 
 def test_accuracy_margins_rank_by_the_rule_and_skip_invariance() -> None:
     """A green cell once showed no margin: the report ranks accuracy comparisons by how close they came."""
-    from ws1_harness.report import accuracy_margins
+    from ws1_harness.verdict.report import accuracy_margins
 
     doc = {
         "cells": [
@@ -229,7 +229,7 @@ def test_accuracy_margins_rank_by_the_rule_and_skip_invariance() -> None:
 def test_comparison_records_how_close_it_came_to_the_rule(forward_spec) -> None:
     import torch
 
-    from ws1_harness.compare import tolerance_check
+    from ws1_harness.run.compare import tolerance_check
 
     ref = torch.tensor([1.0, 2.0, -4.0, 0.5])
     bound = forward_spec.atol + forward_spec.rtol * ref.abs()
@@ -241,7 +241,7 @@ def test_comparison_records_how_close_it_came_to_the_rule(forward_spec) -> None:
 
 def test_heatmap_draws_chain_cells() -> None:
     """A chain-only file once drew an empty frame, and chain cells never appeared in a heatmap."""
-    from ws1_harness.report import _heatmap_grid
+    from ws1_harness.verdict.report import _heatmap_grid
 
     doc = {
         "axes": {"profiles": [], "operators": [], "tiers": [], "judgments": []},
@@ -259,7 +259,7 @@ def test_heatmap_draws_chain_cells() -> None:
 
 def test_heatmap_title_says_reduced(factory, monkeypatch) -> None:
     """The PNG title once said "PASS" where the gate line said "PASS (reduced: ...)"."""
-    from ws1_harness import report
+    from ws1_harness.verdict import report
 
     titles: list[str] = []
     monkeypatch.setattr(report, "render_heatmap", lambda doc, png, title: titles.append(title) or png)

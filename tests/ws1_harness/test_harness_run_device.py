@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ws1_harness.tasks import UnitTask, execute_task, run_device
+from ws1_harness.run.tasks import UnitTask, execute_task, run_device
 from ws1_kernels import registry
 
 

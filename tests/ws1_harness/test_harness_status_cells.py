@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ws1_harness.cells import Cell, CellError, CellKey, LayoutResult, expected_cells
-from ws1_harness.status import NA_REASONS, REASONS, CellStatus, StatusError, check_status_reason
+from ws1_harness.verdict.cells import Cell, CellError, CellKey, LayoutResult, expected_cells
+from ws1_harness.verdict.status import NA_REASONS, REASONS, CellStatus, StatusError, check_status_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 

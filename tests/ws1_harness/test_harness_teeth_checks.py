@@ -15,8 +15,8 @@ import torch
 from planted import run_planted
 
 from ws1_contract import load_contract
-from ws1_harness.adapters import build_adapters
-from ws1_harness.unit import UnitResult
+from ws1_harness.run.adapters import build_adapters
+from ws1_harness.run.unit import UnitResult
 from ws1_kernels import LayoutContext
 from ws1_workload import build_fixture, load_manifest
 
@@ -176,7 +176,7 @@ def test_every_hard_row_input_is_an_operator_input() -> None:
 
 
 def test_hard_rows_reach_the_operator_inputs() -> None:
-    from ws1_harness.unit import logical_inputs
+    from ws1_harness.run.unit import logical_inputs
 
     inputs: Any = logical_inputs(ADAPTERS["rms_norm"], FIXTURE, "teeth/rows", MODEL.pad_id, False)
     x = inputs.tokens["x"].float()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import teeth_profiles as tp
 
-from ws1_harness.tasks import UnitTask, execute_task
+from ws1_harness.run.tasks import UnitTask, execute_task
 from ws1_kernels import registry
 
 TIER = "short"

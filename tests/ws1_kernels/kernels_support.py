@@ -18,7 +18,7 @@ from functools import cached_property
 
 import torch
 
-from ws1_harness.layouts_exec import PARAM_RULE_MAIN_GRAD, gather_rows
+from ws1_harness.run.layouts_exec import PARAM_RULE_MAIN_GRAD, gather_rows
 from ws1_kernels import LayoutContext, registry
 from ws1_workload import Fixture, LayoutSpec, build_layout, call_rows, load_manifest, make_fixture
 

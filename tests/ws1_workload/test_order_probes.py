@@ -29,7 +29,7 @@ from ws1_workload.inputs import (
 DOT_WIDTHS = (256, 512, 5000, 4096, 12288, 151936)
 #: Vocab sizes the logsumexp probe meets (tiny, full).
 LSE_WIDTHS = (5000, 151936)
-#: The logp adapter's logit scale (ws1_harness.adapters).
+#: The logp adapter's logit scale (ws1_harness.run.adapters).
 LOGIT_SCALE = 4.0
 
 

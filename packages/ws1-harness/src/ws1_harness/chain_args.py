@@ -1,6 +1,6 @@
 """The arguments of `ws1 chain` (docs/chain.md); no torch here, so `ws1 --help` stays fast.
 
-The command's logic lives in `ws1_harness.chain`, imported only when the command runs.
+The command's logic lives in `ws1_harness.run.chain`, imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -43,6 +43,6 @@ def run_cli(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if repeated:  # refused up front, as matrix and bench do (the run once did the tier, then failed)
         raise UsageError(f"ws1 chain: --tier {repeated[0]} given more than once")
     out_dir(args.out, "chain", allow_in_checkout=args.allow_in_checkout)
-    from ws1_harness import chain
+    from ws1_harness.run import chain
 
     return chain.run_cli(args, argv)

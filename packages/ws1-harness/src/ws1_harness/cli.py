@@ -25,7 +25,7 @@ from ws1_harness.chain_args import add_chain_parser
 from ws1_harness.cli_support import UsageError, out_dir, out_file, require_run_extra
 from ws1_harness.console import EXIT_INTERRUPTED, emit, silence_stdout
 from ws1_harness.errors import HarnessError
-from ws1_harness.gate import EXIT_BAD_INPUT
+from ws1_harness.verdict.gate import EXIT_BAD_INPUT
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 
@@ -198,13 +198,13 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     out_dir(
         args.out, "matrix", allow_in_checkout=args.allow_in_checkout
     )  # before torch: a typo costs no time
-    matrix = importlib.import_module("ws1_harness.matrix")  # lazy: needs torch and the kernels
+    matrix = importlib.import_module("ws1_harness.run.matrix")  # lazy: needs torch and the kernels
     return int(matrix.run_matrix(args))
 
 
 def _cmd_merge(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from ws1_harness.evidence import refuse_existing, write_evidence_json
-    from ws1_harness.merge import merge
+    from ws1_harness.verdict.evidence import refuse_existing, write_evidence_json
+    from ws1_harness.verdict.merge import merge
 
     command = "ws1 " + " ".join(shlex.quote(a) for a in argv)
     # before any work, never one of the shards, and no folder made inside the checkout before a refusal
@@ -219,7 +219,7 @@ def _cmd_merge(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
-    from ws1_harness.gate import gate
+    from ws1_harness.verdict.gate import gate
 
     result = gate(
         args.file,
@@ -239,8 +239,8 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from ws1_harness.bench import is_bench_file, write_bench_report
-    from ws1_harness.report import write_report
+    from ws1_harness.run.bench import is_bench_file, write_bench_report
+    from ws1_harness.verdict.report import write_report
 
     if args.out is not None:  # its shape now; write_report checks the checkout before it creates the folder
         out_dir(args.out, "report", create=False)
@@ -274,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_report(args)
         if args.command == "bench":
             require_run_extra("bench")
-            from ws1_harness.bench.runner import run_cli
+            from ws1_harness.run.bench.runner import run_cli
 
             return run_cli(args, argv)
         if args.command == "chain":

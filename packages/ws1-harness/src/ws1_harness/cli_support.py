@@ -36,7 +36,7 @@ def out_dir(value: str, command: str, *, create: bool = True, allow_in_checkout:
     if not create:
         return path
     if not allow_in_checkout:
-        from ws1_harness.evidence import check_outside_checkout
+        from ws1_harness.verdict.evidence import check_outside_checkout
 
         check_outside_checkout(path / "probe.json")
     try:

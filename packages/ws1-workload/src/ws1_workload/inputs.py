@@ -36,7 +36,7 @@ ZERO_REPLACEMENT = 2.0**-8
 #:   2^118 on portable_cpu: relative gradient error 1.0 at tied maxima.
 #: - `dot_order_rows`: exact zeros except three elements of the last axis (`order_probe_positions`): the
 #:   survivor `ORDER_PROBE_TINY` first, then +1 and -1 in the last quarter. Against an operand whose three
-#:   matching elements are equal (`ws1_harness.adapters` builds the weights so), a dot product over that axis
+#:   matching elements are equal (`ws1_harness.run.adapters` builds the weights so), a dot product over that axis
 #:   is `tiny * c` when the +c and -c products cancel before the tiny one meets them, and exactly 0 when the
 #:   tiny one is added to +c first: a change of summation order changes the bits (ws1_workload.order_probes).
 #: - `lse_order_rows`: `ORDER_PROBE_LSE_PEAK` at index 0 and exact zeros elsewhere: each exp(0 - peak) is below

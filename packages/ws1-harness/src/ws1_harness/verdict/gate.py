@@ -10,20 +10,20 @@ What makes it fail closed:
   error are red, `na` passes only with the reason the expected cell set demands, `pending_arch` is pending
   (exit 3) unless explicitly allowed.
 - Tests once hard-coded cell counts. The expected set is derived from the evidence's own axes and operator
-  specs (ws1_harness.cells), or passed in by the caller; no count is hard-coded.
+  specs (ws1_harness.verdict.cells), or passed in by the caller; no count is hard-coded.
 - Evidence once came from an older commit. `expect_commit` and `require_clean` check the commit and dirty flag
   of the code that produced the cells.
 - The gate once trusted what it should check: a red cell edited to green passed while its own per-layout
   results said `passed: false`, and a zeroed contract fingerprint passed. Every cell is re-judged from its own
-  checks against the contract the gate is given (ws1_harness.rejudge), the recorded contract and workload
+  checks against the contract the gate is given (ws1_harness.verdict.rejudge), the recorded contract and workload
   fingerprints and operator specs must be the given contract's and manifest's (default: the shipped ones), the
-  cells digest is recomputed on every read (ws1_harness.evidence), and a profile that is not built in must
+  cells digest is recomputed on every read (ws1_harness.verdict.evidence), and a profile that is not built in must
   record its plug-in's source.
 - `--model tiny` and `--op` subsets once passed as if they were the run. A run short of the complete cell set
   says so in its verdict line (`PASS (reduced: model tiny, operators 2/12, tiers 2/3)`); `full=True`
   (`ws1 gate --full`) makes every gap red.
 - Chain cells (`ws1 chain`, the whole model: rollout against trainer) are re-judged from their own aggregates
-  and flags (ws1_harness.chain_rejudge) whenever they are present; `require_chain=True` (`ws1 gate
+  and flags (ws1_harness.verdict.chain_rejudge) whenever they are present; `require_chain=True` (`ws1 gate
   --require-chain`) makes a profile without one red. A red chain cell's problem line names its first diverging
   node, layer and logical token.
 No torch is imported here.
@@ -37,14 +37,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ws1_harness import cells as _cells
-from ws1_harness import chain_rejudge as _chain
-from ws1_harness import inventory as _inventory
-from ws1_harness import rejudge as _rejudge
-from ws1_harness.cells import CellError, CellKey, ExpectedCell, cell_key_of
-from ws1_harness.evidence import DigestError, EvidenceError, chain_label, read_evidence, validate_evidence
-from ws1_harness.rejudge import GateReference, GateReferenceError, load_reference
-from ws1_harness.status import NA_REASONS, CellStatus, ReasonCode
+from ws1_harness.verdict import cells as _cells
+from ws1_harness.verdict import chain_rejudge as _chain
+from ws1_harness.verdict import inventory as _inventory
+from ws1_harness.verdict import rejudge as _rejudge
+from ws1_harness.verdict.cells import CellError, CellKey, ExpectedCell, cell_key_of
+from ws1_harness.verdict.evidence import (
+    DigestError,
+    EvidenceError,
+    chain_label,
+    read_evidence,
+    validate_evidence,
+)
+from ws1_harness.verdict.rejudge import GateReference, GateReferenceError, load_reference
+from ws1_harness.verdict.status import NA_REASONS, CellStatus, ReasonCode
 
 EXIT_PASS = 0
 EXIT_RED = 1

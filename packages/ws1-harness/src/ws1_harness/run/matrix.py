@@ -25,17 +25,16 @@ from typing import Any
 from ws1_contract import load_contract
 from ws1_harness.console import EXIT_INTERRUPTED, emit
 from ws1_harness.errors import HarnessError
-from ws1_harness.gate import EXIT_PASS, EXIT_PENDING, gate
+from ws1_harness.run.inventory_checks import inventory
+from ws1_harness.run.tasks import FULL_MODEL, UnitTask, execute_task, load_plugin
+from ws1_harness.run.unit import JUDGMENTS
+from ws1_harness.run.worker import WorkerPool
+from ws1_harness.verdict.cells import Cell, CellKey, LayoutResult, expected_cells
+from ws1_harness.verdict.evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef
+from ws1_harness.verdict.gate import EXIT_PASS, EXIT_PENDING, gate
+from ws1_harness.verdict.provenance import portable_path, unknown_commit_hint
 from ws1_kernels import registry
 from ws1_workload import Manifest, load_manifest
-
-from .cells import Cell, CellKey, LayoutResult, expected_cells
-from .evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef
-from .inventory_checks import inventory
-from .provenance import portable_path, unknown_commit_hint
-from .tasks import FULL_MODEL, UnitTask, execute_task, load_plugin
-from .unit import JUDGMENTS
-from .worker import WorkerPool
 
 DEFAULT_CELL_TIMEOUT_S = 900.0
 CPU_DEFAULT_TIERS = ("short", "primary")

@@ -1,6 +1,6 @@
 """The gate's re-judgment of `ws1 chain` cells from their own records (docs/gate.md, "Chain cells"). No torch.
 
-A chain cell (ws1_harness.chain_record.ChainCell, in an evidence file's `chain_cells`) stores a status, the
+A chain cell (ws1_harness.verdict.chain_record.ChainCell, in an evidence file's `chain_cells`) stores a status, the
 judgments that failed and each judgment's `passed`; like a matrix cell's, none of them is taken on trust. Each
 judgment is derived again from the figures it records, against the contract and manifest the gate is given:
 
@@ -26,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ws1_harness.chain_record import JUDGMENTS, gradient_thresholds_record, thresholds_record
-from ws1_harness.evidence import chain_label
-from ws1_harness.rejudge import GateReference, GateReferenceError
+from ws1_harness.verdict.chain_record import JUDGMENTS, gradient_thresholds_record, thresholds_record
+from ws1_harness.verdict.evidence import chain_label
+from ws1_harness.verdict.rejudge import GateReference, GateReferenceError
 
 #: the judgments gated for every profile; op_watch is gated unless the profile is a stock baseline
 ALWAYS_GATED = ("parity", "logprob_accuracy", "gradient_invariance", "gradient_accuracy")

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ws1_harness.cells import CellKey, cell_key_of
-from ws1_harness.evidence import (
+from ws1_harness.verdict.cells import CellKey, cell_key_of
+from ws1_harness.verdict.evidence import (
     HEATMAP_SUFFIX,
     PARTIAL_SUFFIX,
     REPORT_SUFFIX,
@@ -24,7 +24,7 @@ from ws1_harness.evidence import (
     check_outside_checkout,
     read_evidence,
 )
-from ws1_harness.gate import gate
+from ws1_harness.verdict.gate import gate
 
 GLYPH = {
     "green": "✅",
@@ -206,8 +206,8 @@ def _chain_glyph(ok: bool | None, judged: bool = True) -> str:
 def _chain_section(doc: Mapping[str, Any]) -> list[str]:
     """Per chain cell: the verdict, a table of training layouts × judgments (the judgments that compare
     layouts; the others in the `packed` row), the aggregates, and the first divergence."""
-    from ws1_harness.chain_rejudge import divergence_text
-    from ws1_harness.evidence import chain_label
+    from ws1_harness.verdict.chain_rejudge import divergence_text
+    from ws1_harness.verdict.evidence import chain_label
 
     chain = doc.get("chain_cells") or []
     if not chain:

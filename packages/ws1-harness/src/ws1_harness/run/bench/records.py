@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ws1_harness.bench.targets import Target, judge
 from ws1_harness.errors import HarnessError
+from ws1_harness.run.bench.targets import Target, judge
 
 KIND = "bench"
 SCHEMA_VERSION = 1
@@ -191,7 +191,7 @@ def write_bench_report(
 ) -> Path:
     """`ws1 report` on a bench file: `<stem>.report.md` beside it (or in `out_dir`); inside the git checkout
     only with `allow_in_checkout`, like every other ws1 output (it once wrote there unasked)."""
-    from ws1_harness.evidence import check_outside_checkout
+    from ws1_harness.verdict.evidence import check_outside_checkout
 
     p = Path(path)
     doc = read_bench(p)

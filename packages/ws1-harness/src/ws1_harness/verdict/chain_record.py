@@ -3,7 +3,7 @@
 One `ChainCell` per (profile, model, layers, tier): the judgments of the whole model on that tier's fixture, the
 first divergence when one failed, and what the rollout did. `ChainCell.to_json` is the record `ws1 chain` writes
 into the `chain_cells` of a ws1 evidence file (contracts/evidence.schema.json), where `ws1 gate` re-judges it
-(ws1_harness.chain_rejudge). A `ChainResult` holds the cells of one run with what they were judged against.
+(ws1_harness.verdict.chain_rejudge). A `ChainResult` holds the cells of one run with what they were judged against.
 docs/chain.md describes every field.
 """
 

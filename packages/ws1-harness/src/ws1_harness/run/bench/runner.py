@@ -26,13 +26,13 @@ from typing import Any, TextIO
 
 import torch
 
-from ws1_harness.bench import cases as C
-from ws1_harness.bench import records as R
-from ws1_harness.bench import shapes as S
-from ws1_harness.bench import steps as ST
-from ws1_harness.bench import targets as T
-from ws1_harness.bench.timing import Timer, l2_policy, make_timer, measure_ceilings, one_line, synchronize
-from ws1_harness.provenance import portable_path
+from ws1_harness.run.bench import cases as C
+from ws1_harness.run.bench import records as R
+from ws1_harness.run.bench import shapes as S
+from ws1_harness.run.bench import steps as ST
+from ws1_harness.run.bench import targets as T
+from ws1_harness.run.bench.timing import Timer, l2_policy, make_timer, measure_ceilings, one_line, synchronize
+from ws1_harness.verdict.provenance import portable_path
 
 # Ceiling sizes: 2 GiB copy and 8192^3 mm on CUDA (large enough to reach the plateau on an H200); on the CPU
 # small enough to finish in a second, since CPU figures only exercise the machinery.
@@ -131,7 +131,7 @@ def output_paths(opts: Options) -> tuple[Path, Path]:
 
 def check_outputs(opts: Options) -> tuple[Path, Path]:
     """Refuse an existing file (unless --force) or a path in the git checkout (unless --allow-in-checkout)."""
-    from ws1_harness.evidence import EvidenceError, check_outside_checkout
+    from ws1_harness.verdict.evidence import EvidenceError, check_outside_checkout
 
     paths = output_paths(opts)
     if not str(opts.out).strip() or str(opts.out) == ".":  # `--out ""` once wrote into the current folder
@@ -160,7 +160,7 @@ class Plan:
 
 def make_plan(opts: Options) -> Plan:
     """Validate profile, operators, shapes, M and model against the registry and manifest; list the points."""
-    from ws1_harness.tasks import load_plugin
+    from ws1_harness.run.tasks import load_plugin
     from ws1_kernels import registry
     from ws1_workload import load_manifest
 
@@ -495,7 +495,7 @@ def collect(
     plan: Plan | None = None,
 ) -> dict[str, Any]:
     """Run the bench and return the document (nothing written). `timer` replaces the device timer (tests)."""
-    from ws1_harness.provenance import collect_provenance
+    from ws1_harness.verdict.provenance import collect_provenance
 
     plan = plan or make_plan(opts)
     timer = timer or make_timer(opts.device, opts.warmup_ms, opts.rep_ms)

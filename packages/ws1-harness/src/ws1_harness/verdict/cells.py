@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ws1_harness.errors import HarnessError
-from ws1_harness.status import CellStatus, ReasonCode, StatusError, check_status_reason
+from ws1_harness.verdict.status import CellStatus, ReasonCode, StatusError, check_status_reason
 
 GRADIENT_JUDGMENTS: frozenset[str] = frozenset({"gradient_accuracy", "gradient_invariance"})
 

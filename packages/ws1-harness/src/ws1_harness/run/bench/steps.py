@@ -40,11 +40,11 @@ from typing import Any
 
 import torch
 
-from ws1_harness.bench import records as R
-from ws1_harness.bench import shapes as S
-from ws1_harness.bench import targets as T
-from ws1_harness.bench.cases import GBS, TFLOPS
-from ws1_harness.bench.timing import Timer, one_line, synchronize
+from ws1_harness.run.bench import records as R
+from ws1_harness.run.bench import shapes as S
+from ws1_harness.run.bench import targets as T
+from ws1_harness.run.bench.cases import GBS, TFLOPS
+from ws1_harness.run.bench.timing import Timer, one_line, synchronize
 
 #: The bench ops of this module, in report order (named with --op; never part of the default operator list).
 STEP_OPS: tuple[str, ...] = ("train_step", "decode_step")
@@ -330,7 +330,7 @@ def measure_side(
 ) -> StepSide:
     """A first call under the op watch, a second under the launch log and the peak-memory window (the kernels
     and the timer's estimate), then the timer; an exception is recorded."""
-    from ws1_harness.chain_watch import NodeWatch, tapped
+    from ws1_harness.run.chain_watch import NodeWatch, tapped
     from ws1_kernels import launches
     from ws1_kernels.integrations import qwen3
 

@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 import torch
 
-from ws1_harness.cells import json_safe
 from ws1_harness.errors import HarnessError
-from ws1_harness.status import ReasonCode
+from ws1_harness.verdict.cells import json_safe
+from ws1_harness.verdict.status import ReasonCode
 
 Key = tuple[int, int]
 

@@ -30,9 +30,9 @@ from typing import Any
 
 import yaml
 
-from ws1_harness.cells import GRADIENT_JUDGMENTS, CellKey, OperatorInfo, cell_key_of, operator_infos
 from ws1_harness.errors import HarnessError
-from ws1_harness.status import CellStatus
+from ws1_harness.verdict.cells import GRADIENT_JUDGMENTS, CellKey, OperatorInfo, cell_key_of, operator_infos
+from ws1_harness.verdict.status import CellStatus
 
 PACKAGED_MANIFEST = "qwen3-8b-dense.yaml"
 CANONICAL_LAYOUT_TYPE = "packed"
@@ -116,7 +116,7 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 def packaged_manifest_path() -> Path:
     """The manifest this package ships (a byte-identical copy of the repository's, kept so by
     ci/sync_package_data.py), read without importing ws1_workload, which would import torch."""
-    return Path(__file__).resolve().parent / "data" / PACKAGED_MANIFEST
+    return Path(__file__).resolve().parent.parent / "data" / PACKAGED_MANIFEST
 
 
 def load_manifest_info(path: str | Path | None = None) -> ManifestInfo:

@@ -39,20 +39,26 @@ import torch
 from torch import nn
 
 from ws1_contract import load_contract
-from ws1_harness.chain_record import (
+from ws1_harness.errors import HarnessError
+from ws1_harness.run.chain_watch import NodeDump, NodeWatch, first_difference, tapped
+from ws1_harness.run.compare import bitwise_equal, tolerance_check
+from ws1_harness.run.matrix import run_arch_label
+from ws1_harness.verdict.chain_record import (
     ChainCell,
     ChainJudgment,
     ChainResult,
     gradient_thresholds_record,
     thresholds_record,
 )
-from ws1_harness.chain_watch import NodeDump, NodeWatch, first_difference, tapped
-from ws1_harness.compare import bitwise_equal, tolerance_check
-from ws1_harness.errors import HarnessError
-from ws1_harness.evidence import Axes, EvidenceHeader, EvidenceWriter, WorkloadRef, check_outside_checkout
-from ws1_harness.gate import gate
-from ws1_harness.matrix import run_arch_label
-from ws1_harness.provenance import portable_path
+from ws1_harness.verdict.evidence import (
+    Axes,
+    EvidenceHeader,
+    EvidenceWriter,
+    WorkloadRef,
+    check_outside_checkout,
+)
+from ws1_harness.verdict.gate import gate
+from ws1_harness.verdict.provenance import portable_path
 from ws1_kernels import LayoutContext, registry
 from ws1_kernels.integrations import qwen3, rollout
 from ws1_workload import (

@@ -17,14 +17,13 @@ from typing import Any
 
 import torch
 
+from ws1_harness.run.adapters import OperatorAdapter
+from ws1_harness.run.compare import Comparison
+from ws1_harness.run.observe import Observation, observe
+from ws1_harness.verdict.status import ReasonCode
 from ws1_kernels import LayoutContext
 from ws1_kernels.reference import fp32_math
 from ws1_workload import Layout, PhysicalCall, call_rows, restore
-
-from .adapters import OperatorAdapter
-from .compare import Comparison
-from .observe import Observation, observe
-from .status import ReasonCode
 
 Tensor = torch.Tensor
 

@@ -6,6 +6,12 @@ and work per operator), `timing` (do_bench / CUDA-event / CPU wall timers and th
 (argument checks, the run, the files). docs/bench.md explains the flags and how to read the evidence.
 """
 
-from ws1_harness.bench.records import KIND, SCHEMA_VERSION, BenchInputError, is_bench_file, write_bench_report
+from ws1_harness.run.bench.records import (
+    KIND,
+    SCHEMA_VERSION,
+    BenchInputError,
+    is_bench_file,
+    write_bench_report,
+)
 
 __all__ = ["KIND", "SCHEMA_VERSION", "BenchInputError", "is_bench_file", "write_bench_report"]

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ws1_harness.observe import BOOKKEEPING_OPS
+from ws1_harness.run.observe import BOOKKEEPING_OPS
 from ws1_kernels import LayoutContext, launches
 from ws1_kernels.integrations.qwen3 import GLUE_OPS, Runtime, Site, Tap
 

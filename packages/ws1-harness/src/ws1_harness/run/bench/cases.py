@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ws1_harness.bench.shapes import Point
+from ws1_harness.run.bench.shapes import Point
 from ws1_kernels import LayoutContext
 
 Tensor = torch.Tensor

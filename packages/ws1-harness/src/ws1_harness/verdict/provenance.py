@@ -107,8 +107,8 @@ def _run(cmd: Sequence[str], cwd: Path) -> str | None:
 
 
 def source_dir() -> Path:
-    """The directory the running ws1_harness code lives in (its checkout when installed editable)."""
-    return Path(__file__).resolve().parent
+    """The directory the running ws1_harness package lives in (its checkout when installed editable)."""
+    return Path(__file__).resolve().parent.parent
 
 
 def portable_path(arg: str, base: Path | None = None) -> str:
@@ -217,11 +217,12 @@ def _cpu_name() -> str:
 
 def _cpu_isa() -> str | None:
     """e.g. "AVX512 +avx512_bf16 +amx_bf16" or "AVX2": torch's CPU capability and the bf16 flags of the host."""
+    torch = sys.modules.get("torch")  # loaded by the run side; the verdict side never imports it
+    if torch is None:
+        return None
     try:
-        import torch
-
         isa = str(torch.backends.cpu.get_cpu_capability())
-    except (ImportError, AttributeError, RuntimeError):
+    except (AttributeError, RuntimeError):
         return None
     try:
         flags = next(
@@ -239,10 +240,13 @@ def _cpu_isa() -> str | None:
 
 
 def _device() -> tuple[str, str, str | None, str | None, str | None]:
-    """(device, device_name, capability, driver, cuda) from torch, without failing when torch is absent."""
-    try:
-        import torch
-    except ImportError:
+    """(device, device_name, capability, driver, cuda) from torch when the run side has loaded it.
+
+    The verdict side never imports torch: a merge or a gate records the host's CPU, and the run side (which
+    has imported torch before it collects provenance) records the device it ran on.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
         return "cpu", _cpu_name(), None, None, None
     cuda = torch.version.cuda
     if torch.cuda.is_available():

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from .compare import bitwise_equal
-from .inventory import DIRECT_ITEMS, ITEMS, InventoryItem, node_verdicts
+from ws1_harness.run.compare import bitwise_equal
+from ws1_harness.verdict.inventory import DIRECT_ITEMS, ITEMS, InventoryItem, node_verdicts
 
 
 def _rows(seed: int, shape: tuple[int, ...]) -> torch.Tensor:

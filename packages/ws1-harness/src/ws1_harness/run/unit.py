@@ -15,14 +15,13 @@ from typing import Any
 import torch
 
 from ws1_contract import Contract
+from ws1_harness.run.adapters import OperatorAdapter, shared_param
+from ws1_harness.run.compare import Comparison, bitwise_equal, tolerance_check
+from ws1_harness.run.layouts_exec import LayoutRun, LogicalInputs, crash_text, run_layout, run_reference
+from ws1_harness.run.observe import Observation
+from ws1_harness.verdict.cells import check_record
 from ws1_workload import Fixture, Layout, LayoutSpec, build_layout, logical_tensor
 from ws1_workload.token_probes import apply_edit
-
-from .adapters import OperatorAdapter, shared_param
-from .cells import check_record
-from .compare import Comparison, bitwise_equal, tolerance_check
-from .layouts_exec import LayoutRun, LogicalInputs, crash_text, run_layout, run_reference
-from .observe import Observation
 
 Tensor = torch.Tensor
 

@@ -13,11 +13,10 @@ from functools import lru_cache
 from typing import Any
 
 from ws1_contract import Contract, load_contract
+from ws1_harness.run.adapters import OperatorAdapter, build_adapters
+from ws1_harness.run.unit import JUDGMENTS, CandidateUnderTest, run_unit
 from ws1_kernels import reference, registry
 from ws1_workload import Manifest, build_fixture, load_manifest
-
-from .adapters import OperatorAdapter, build_adapters
-from .unit import JUDGMENTS, CandidateUnderTest, run_unit
 
 FULL_MODEL = "qwen3-8b"
 

@@ -35,15 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ws1_harness.cells import Cell, CellError, CellKey, OperatorInfo, operator_infos
 from ws1_harness.errors import HarnessError
-from ws1_harness.provenance import collect_provenance
-from ws1_harness.status import CellStatus
+from ws1_harness.verdict.cells import Cell, CellError, CellKey, OperatorInfo, operator_infos
+from ws1_harness.verdict.provenance import collect_provenance
+from ws1_harness.verdict.status import CellStatus
 
 # 2: arch-labelled profiles, per-cell device; 3: checks, cells digests, plug-in sources; 4: chain cells
 SCHEMA_VERSION = 4
 PARTIAL_SUFFIX = ".partial.jsonl"
-#: What `ws1 report` writes beside `<stem>.json` (ws1_harness.report names its files with these)
+#: What `ws1 report` writes beside `<stem>.json` (ws1_harness.verdict.report names its files with these)
 REPORT_SUFFIX = ".report.md"
 HEATMAP_SUFFIX = ".heatmap.png"
 #: The largest evidence file read (the full-width matrix of one profile is about 0.5 MB; a merge of every

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .tasks import UnitTask, crash_records, execute_task, timeout_records
+from ws1_harness.run.tasks import UnitTask, crash_records, execute_task, timeout_records
 
 
 def _serve(conn: Connection) -> None:

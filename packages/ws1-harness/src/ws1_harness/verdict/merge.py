@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ws1_harness.cells import CellKey, cell_key_of
-from ws1_harness.evidence import (
+from ws1_harness.verdict.cells import CellKey, cell_key_of
+from ws1_harness.verdict.evidence import (
     SCHEMA_VERSION,
     EvidenceError,
     cells_digest,
@@ -32,8 +32,8 @@ from ws1_harness.evidence import (
     utc_now,
     validate_evidence,
 )
-from ws1_harness.inventory import node_verdicts
-from ws1_harness.provenance import collect_provenance
+from ws1_harness.verdict.inventory import node_verdicts
+from ws1_harness.verdict.provenance import collect_provenance
 
 
 class MergeError(EvidenceError):
