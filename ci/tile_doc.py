@@ -53,25 +53,22 @@ def render() -> str:
     from ws1_kernels.triton_ops import attention, gemm, logprob
 
     out = [HEADER]
-    out.append("## GEMM forward (`ws1_gemm_fixed_k`), keyed by the weight's (N, K)\n")
-    out.append("Shapes not listed take the default table.\n")
-    named = {id(gemm.DEFAULT_TABLE): "default"}
-    out.append("### default\n")
+    out.append("## GEMM default table (`ws1_gemm_fixed_k`: every shape not listed below, forward and dx)\n")
     out += _gemm_table(gemm.DEFAULT_TABLE) + [""]
-    for (n, k), table in sorted(gemm.FWD_TABLES.items()):
-        if id(table) in named:
-            out.append(f"### ({n}, {k}): the {named[id(table)]} table\n")
-            continue
-        out.append(f"### ({n}, {k})\n")
-        out += _gemm_table(table) + [""]
-    out.append("## GEMM dx (`ws1_gemm_fixed_k` on the transposed weight), keyed by the weight's (N, K)\n")
-    out.append("Shapes not listed take the default table.\n")
-    for (n, k), table in sorted(gemm.DX_TABLES.items()):
-        if id(table) in named:
-            out.append(f"### ({n}, {k}): the {named[id(table)]} table\n")
-            continue
-        out.append(f"### ({n}, {k})\n")
-        out += _gemm_table(table) + [""]
+    for title, tables in (
+        ("GEMM forward (`ws1_gemm_fixed_k`), keyed by the weight's (N, K)", gemm.FWD_TABLES),
+        (
+            "GEMM dx (`ws1_gemm_fixed_k` on the transposed weight), keyed by the weight's (N, K)",
+            gemm.DX_TABLES,
+        ),
+    ):
+        out.append(f"## {title}\n")
+        for (n, k), table in sorted(tables.items()):
+            if table is gemm.DEFAULT_TABLE:
+                out.append(f"### ({n}, {k}): the default table\n")
+                continue
+            out.append(f"### ({n}, {k})\n")
+            out += _gemm_table(table) + [""]
     out.append("## GEMM weight gradient (`ws1_gemm_wgrad_blocks`)\n")
     out.append("### default (every shape not listed below)\n")
     out += _fields(gemm.DEFAULT_WGRAD_TILE) + [""]
