@@ -15,9 +15,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from . import _validate as v
 from .context import LayoutContext
 from .launches import record
-from .portable.attention import check_attention
-from .portable.logprob import check_targets
-from .portable.pointwise import check_rope, rope_tables
+from .op_checks import check_attention, check_rope, check_targets
+from .rope_math import rope_tables
 
 _BF = torch.bfloat16
 # SDPA's fused kernels in the order torch preferred them before it ranked cuDNN first on Hopper: the flash kernel

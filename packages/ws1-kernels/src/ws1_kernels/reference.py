@@ -16,8 +16,8 @@ import torch
 
 from . import _validate as v
 from .context import LayoutContext
-from .portable.attention import check_attention
-from .portable.pointwise import check_rope, rope_tables, rotate
+from .op_checks import check_attention, check_rope
+from .rope_math import rope_tables, rotate
 
 __all__ = [
     "attention",

@@ -24,9 +24,9 @@ from collections.abc import Iterator
 import torch
 
 from ..context import Segment
+from ..main_grad import WGRAD_BLOCK
 
 ROW_BLOCK = 32  # rows per GEMM call (forward and dx)
-WGRAD_BLOCK = 16  # tokens per weight-gradient block, aligned to each sample's position 0
 KEY_BLOCK = 64  # attention keys per block, aligned to logical key position 0
 QUERY_BLOCK = 32  # attention queries per block, aligned to logical position 0
 VOCAB_BLOCK = 8192  # vocab columns per block (lm_head weight chunk, logp/linear_logp online logsumexp)
@@ -95,36 +95,6 @@ def gather_blocks(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """fp32 ``[nblocks, block, *row]`` gathered through ``wgrad_index`` (the zero row appended here)."""
     xf = torch.cat([x.float(), x.new_zeros((1, *x.shape[1:]), dtype=torch.float32)], dim=0)
     return xf[index.to(x.device)]
-
-
-def main_grad_of(weight: torch.Tensor) -> torch.Tensor:
-    """The fp32 ``weight.main_grad`` accumulator (created as zeros the first time, as Megatron does)."""
-    mg = getattr(weight, "main_grad", None)
-    if mg is None:
-        mg = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-        setattr(weight, "main_grad", mg)  # noqa: B010 (torch.Tensor has no declared main_grad)
-    return mg
-
-
-def check_main_grad(where: str, weight: torch.Tensor) -> None:
-    """A ``main_grad`` set by the caller must be contiguous fp32 of the weight's shape on its device.
-
-    Checked in the forward (cheap); absent is fine: the backward creates it as zeros, as Megatron does. Shared by
-    every backend whose rule is ``sample_blocks_main_grad``.
-    """
-    from ..errors import KernelInputError
-
-    mg = getattr(weight, "main_grad", None)
-    if mg is not None and (
-        not isinstance(mg, torch.Tensor)
-        or mg.dtype != torch.float32
-        or mg.shape != weight.shape
-        or mg.device != weight.device
-        or not mg.is_contiguous()
-    ):
-        raise KernelInputError(
-            f"{where}: weight.main_grad must be contiguous fp32 of shape {tuple(weight.shape)} on {weight.device}"
-        )
 
 
 # One fp32 copy of the last large weight seen, valid while that weight holds the same bits: decode and

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import _validate as v
 from ..context import LayoutContext, Segment
-from ..errors import KernelInputError
 from ..launches import record
+from ..op_checks import check_attention
 from . import _math
 from ._blocks import KEY_BLOCK, QUERY_BLOCK, tree_sum
 
@@ -147,33 +146,6 @@ class _Attention(torch.autograd.Function):
             dv[seg.start : seg.end] = dv_s.transpose(0, 1)
         bf = torch.bfloat16
         return dq.to(bf), dk.to(bf), dv.to(bf), None, None
-
-
-def check_attention(where: str, q, k, v_, scale, ctx: LayoutContext, dtype: torch.dtype | None):
-    """Shapes, dtypes, GQA ratio and a kv_prefix that matches each sample's first position."""
-    v.tensor(where, "q", q, 3, dtype)
-    v.tensor(where, "k", k, 3, dtype)
-    v.tensor(where, "v", v_, 3, dtype)
-    v.dims(where, "k", k, (q.shape[0], None, q.shape[2]))
-    v.dims(where, "v", v_, tuple(k.shape))
-    if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
-        raise KernelInputError(
-            f"{where}: {q.shape[1]} query heads are not a multiple of {k.shape[1]} kv heads"
-        )
-    scale = v.positive(where, "scale", scale)
-    segs = ctx.check_rows(where, q.shape[0])
-    for seg in segs:
-        pre = ctx.kv_prefix.get(seg.sample_id)
-        plen = 0 if pre is None else pre[0].shape[0]
-        if plen != seg.first_position:
-            raise KernelInputError(
-                f"{where}: sample {seg.sample_id} starts at position {seg.first_position} but its kv_prefix has {plen} keys"
-            )
-        if pre is not None:
-            for name, tns in (("k", pre[0]), ("v", pre[1])):
-                v.tensor(where, f"kv_prefix[{seg.sample_id}].{name}", tns, 3, dtype)
-                v.dims(where, f"kv_prefix[{seg.sample_id}].{name}", tns, (plen, k.shape[1], k.shape[2]))
-    return scale
 
 
 def attention(

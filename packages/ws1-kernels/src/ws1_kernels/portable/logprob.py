@@ -13,6 +13,7 @@ import torch
 from .. import _validate as v
 from ..context import LayoutContext
 from ..launches import record
+from ..op_checks import check_targets
 from . import _math
 from ._blocks import (
     VOCAB_BLOCK,
@@ -125,12 +126,6 @@ class _LinearLogp(torch.autograd.Function):
                 wgrad_accumulate(mg, gather_blocks(d, index), x_blocks, c0)
         dx = dx_acc[:t].to(torch.bfloat16) if need_x else None
         return dx, None, None, None
-
-
-def check_targets(where: str, targets: torch.Tensor, vocab: int, rows: int) -> None:
-    v.token_ids(where, "targets", targets, vocab)
-    if targets.shape[0] != rows:
-        raise v.KernelInputError(f"{where}: targets has {targets.shape[0]} rows but the input has {rows}")
 
 
 def logp(logits: torch.Tensor, targets: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:

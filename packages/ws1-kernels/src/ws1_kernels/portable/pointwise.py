@@ -7,13 +7,13 @@ no row blocking is needed.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .. import _validate as v
 from ..context import LayoutContext
 from ..launches import record
+from ..op_checks import check_rope
+from ..rope_math import rope_tables, rotate, rotate_transposed
 from . import _math
 
 SILU_KERNEL = "ws1.cpu.silu.pointwise"
@@ -64,32 +64,6 @@ class _SwiGLU(torch.autograd.Function):
         return dgate, dup
 
 
-def rope_tables(positions: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 ``cos, sin`` of shape ``[T, 1, dim]`` (HF layout: the half-table repeated), angles in fp64.
-
-    Pads (position -1) use position 0; their rows are never compared.  Shared with the fp32 reference.
-    """
-    half = dim // 2
-    inv = 1.0 / (theta ** (torch.arange(0, half, dtype=torch.float64, device=positions.device) * 2.0 / dim))
-    ang = positions.clamp(min=0).to(torch.float64)[:, None] * inv[None, :]
-    ang = torch.cat([ang, ang], dim=-1)
-    return torch.cos(ang).float()[:, None, :], torch.sin(ang).float()[:, None, :]
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``x*cos + rotate_half(x)*sin`` (fp32), ``rotate_half(x) = cat(-x2, x1)``."""
-    half = x.shape[-1] // 2
-    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rot * sin
-
-
-def rotate_transposed(g: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """The transpose of ``rotate``: ``g*cos + rotate_half^T(g*sin)``, ``rotate_half^T(u) = cat(u2, -u1)``."""
-    half = g.shape[-1] // 2
-    u = g * sin
-    return g * cos + torch.cat([u[..., half:], -u[..., :half]], dim=-1)
-
-
 class _Rope(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, theta, positions):  # type: ignore[override]
@@ -121,19 +95,6 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, ctx: LayoutContext) -> torch.Te
     v.dims(where, "up", up, tuple(gate.shape))
     ctx.check_rows(where, gate.shape[0])
     return _SwiGLU.apply(gate, up)
-
-
-def check_rope(
-    where: str, x: torch.Tensor, theta: float, ctx: LayoutContext, dtype: torch.dtype | None
-) -> float:
-    v.tensor(where, "x", x, 3, dtype)
-    if x.shape[-1] % 2:
-        raise v.KernelInputError(f"{where}: head_dim {x.shape[-1]} must be even")
-    theta = v.positive(where, "theta", theta)
-    if not math.isfinite(theta):
-        raise v.KernelInputError(f"{where}: theta must be finite")
-    ctx.check_rows(where, x.shape[0])
-    return theta
 
 
 def rope(x: torch.Tensor, theta: float, ctx: LayoutContext) -> torch.Tensor:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..context import LayoutContext
-from ..portable._blocks import WGRAD_BLOCK
+from ..main_grad import WGRAD_BLOCK
 
 # context -> {(table kind, device): tables}; a weak key, so a finished call's tables go with its context
 _CACHE: weakref.WeakKeyDictionary[LayoutContext, dict[tuple[str, torch.device], object]] = (

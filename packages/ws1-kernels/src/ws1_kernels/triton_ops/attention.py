@@ -44,7 +44,7 @@ import triton.language as tl
 from .. import _validate as _v
 from ..context import LayoutContext, Segment
 from ..errors import KernelInputError
-from ..portable.attention import check_attention
+from ..op_checks import check_attention
 from . import OpSpec
 from ._launch import check_contiguous, check_device, launch
 

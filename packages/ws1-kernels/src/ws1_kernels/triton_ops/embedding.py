@@ -24,7 +24,7 @@ import triton.language as tl
 
 from .. import _validate as v
 from ..context import LayoutContext
-from ..portable._blocks import check_main_grad, main_grad_of
+from ..main_grad import check_main_grad, main_grad_of
 from . import OpSpec
 from ._launch import check_contiguous, check_device, launch
 from ._memops import COMPILE, float_dtype

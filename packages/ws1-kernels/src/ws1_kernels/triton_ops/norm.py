@@ -25,7 +25,7 @@ import triton.language as tl
 from .. import _validate as v
 from ..context import LayoutContext
 from ..errors import KernelInputError
-from ..portable._blocks import WGRAD_BLOCK, check_main_grad, main_grad_of
+from ..main_grad import WGRAD_BLOCK, check_main_grad, main_grad_of
 from . import OpSpec
 from ._launch import check_contiguous, check_device, interpreting, launch
 from ._memops import COMPILE, float_dtype, row_warps

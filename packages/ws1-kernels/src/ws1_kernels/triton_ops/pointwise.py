@@ -40,7 +40,7 @@ from triton.language.extra import libdevice
 from .. import _validate as v
 from ..context import LayoutContext
 from ..errors import KernelInputError
-from ..portable.pointwise import check_rope
+from ..op_checks import check_rope
 from . import OpSpec
 from ._launch import check_contiguous, check_device, launch
 from ._memops import COMPILE, float_dtype, precise, row_warps

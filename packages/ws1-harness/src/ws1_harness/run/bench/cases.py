@@ -179,7 +179,7 @@ def _norm_case(op: str, make: Callable[..., Inputs], keys: tuple[str, ...]) -> O
 
 
 def _make_rope(p: Point, dev: torch.device, gen: torch.Generator) -> Inputs:
-    from ws1_kernels.portable.pointwise import rope_tables
+    from ws1_kernels.rope_math import rope_tables
 
     nh, d = _d(p, "Nh"), _d(p, "D")
     positions = torch.arange(p.seq, dtype=torch.int64, device=dev).repeat(p.samples)
