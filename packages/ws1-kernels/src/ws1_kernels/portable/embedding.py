@@ -14,7 +14,7 @@ import torch
 from .. import _validate as v
 from ..context import LayoutContext
 from ..launches import record
-from ._blocks import check_main_grad, main_grad_of
+from ..main_grad import check_main_grad, main_grad_of
 
 KERNEL = "ws1.cpu.embedding.gather"
 

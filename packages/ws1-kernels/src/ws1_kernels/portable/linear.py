@@ -12,15 +12,14 @@ import torch
 from .. import _validate as v
 from ..context import LayoutContext
 from ..launches import record
+from ..main_grad import check_main_grad, main_grad_of
 from ._blocks import (
     ROW_BLOCK,
     VOCAB_BLOCK,
     WGRAD_COL_BLOCK,
     blocked_mm,
-    check_main_grad,
     fp32_weight,
     gather_blocks,
-    main_grad_of,
     pad_rows,
     wgrad_index,
 )

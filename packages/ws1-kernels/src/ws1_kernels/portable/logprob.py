@@ -13,17 +13,10 @@ import torch
 from .. import _validate as v
 from ..context import LayoutContext
 from ..launches import record
+from ..main_grad import check_main_grad, main_grad_of
 from ..op_checks import check_targets
 from . import _math
-from ._blocks import (
-    VOCAB_BLOCK,
-    check_main_grad,
-    gather_blocks,
-    main_grad_of,
-    pad_rows,
-    tree_sum,
-    wgrad_index,
-)
+from ._blocks import VOCAB_BLOCK, gather_blocks, pad_rows, tree_sum, wgrad_index
 from .linear import dx_accumulate, linear_forward_fp32_chunks, wgrad_accumulate
 
 LOGP_KERNEL = "ws1.cpu.logp.rowwise"

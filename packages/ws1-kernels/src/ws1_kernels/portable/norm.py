@@ -7,7 +7,8 @@ import torch
 from .. import _validate as v
 from ..context import LayoutContext
 from ..launches import record
-from ._blocks import check_main_grad, gather_blocks, main_grad_of, tree_sum, wgrad_index
+from ..main_grad import check_main_grad, main_grad_of
+from ._blocks import gather_blocks, tree_sum, wgrad_index
 
 
 def _rms_rows(x: torch.Tensor, eps: float) -> torch.Tensor:
