@@ -256,6 +256,148 @@ def device_record(t: Tensor) -> dict[str, Any]:
     return {"type": dev.type, "name": dev.type, "capability": None}
 
 
+@dataclass
+class _UnitState:
+    """What one unit has seen so far: observations, crashes, layout facts, and the judgments rendered.
+
+    Why a record: `run_unit` runs in steps (the canonical layout and accuracy, every other layout and
+    invariance, then the reasons that apply beside the numbers); each step reads and adds to this state.
+    """
+
+    train: bool
+    canon_name: str
+    fwd_obs: Observation = field(default_factory=Observation)
+    bwd_obs: Observation = field(default_factory=Observation)
+    layout_info: dict[str, Any] = field(default_factory=dict)
+    # what a layout's failure to run means for each pass: {layout: {"why", "at"}}
+    fwd_crashes: dict[str, dict[str, str]] = field(default_factory=dict)
+    bwd_crashes: dict[str, dict[str, str]] = field(default_factory=dict)
+    backward_errors: dict[str, str] = field(default_factory=dict)
+    modified: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {"forward": [], "backward": []})
+    judgments: dict[str, JudgmentResult] = field(default_factory=dict)
+
+    def absorb(self, run: LayoutRun) -> None:
+        self.fwd_obs.merge(run.forward_obs)
+        self.bwd_obs.merge(run.backward_obs)
+        self.layout_info[run.layout] = {"kind": run.kind, "calls": run.n_calls}
+        for m in run.modified:
+            self.modified[m["pass"]].append({"layout": run.layout, **m})
+        if run.backward_crash is not None:
+            self.bwd_crashes[run.layout] = run.backward_crash
+        elif run.backward_error is not None:
+            self.backward_errors[run.layout] = run.backward_error
+
+    def crashed(self, spec: LayoutSpec, exc: Exception) -> None:
+        self.fwd_crashes[spec.name] = crash_text(exc)
+        if self.train and spec.kind == "training":
+            self.bwd_crashes[spec.name] = self.fwd_crashes[spec.name]
+
+    def backward_ran(self, layout: str) -> bool:
+        return layout not in self.bwd_crashes and layout not in self.backward_errors
+
+
+def _judge_accuracy(
+    state: _UnitState,
+    canon: LayoutRun,
+    reference: LayoutRun,
+    contract: Contract,
+    op_class: str,
+    dtype: str,
+    keys: list[tuple[int, int]],
+) -> None:
+    """forward_accuracy (and gradient_accuracy when training): the canonical layout against the fp32 reference."""
+    if canon.output_problem is not None:
+        acc = {"output": canon.output_problem}
+    else:
+        spec = contract.resolve("forward_accuracy", op_class, dtype)
+        acc = {"output": tolerance_check(canon.output, reference.output, spec, keys=keys)}
+    state.judgments["forward_accuracy"] = _verdict("forward_accuracy", acc, {}, canonical=canon.layout)
+    if state.train and canon.output_problem is not None:
+        # a wrong output shape is the verdict, whatever the backward then does
+        state.judgments["gradient_accuracy"] = _verdict("gradient_accuracy", acc, {}, canonical=canon.layout)
+    elif state.train and state.backward_ran(canon.layout):
+        state.judgments["gradient_accuracy"] = _gradient_accuracy(
+            canon, reference, contract, op_class, dtype, keys
+        )
+
+
+def _compare_layout(
+    state: _UnitState,
+    run: LayoutRun,
+    canon: LayoutRun | None,
+    keys: list[tuple[int, int]],
+    fwd_inv: dict[str, Comparison],
+    grad_inv: dict[str, Comparison],
+) -> None:
+    """One non-canonical layout against canonical: raw bits of the output and, for training, the gradients."""
+    canon_ok = canon is not None and canon.output_problem is None
+    if run.output_problem is not None:
+        fwd_inv[run.layout] = run.output_problem
+    elif canon_ok and canon is not None:
+        fwd_inv[run.layout] = bitwise_equal(run.output, canon.output, keys=keys)
+    if state.train and run.kind == "training":
+        if run.output_problem is not None:
+            grad_inv[f"{run.layout}.output"] = run.output_problem
+        elif (
+            canon_ok
+            and canon is not None
+            and state.backward_ran(canon.layout)
+            and state.backward_ran(run.layout)
+        ):
+            grad_inv.update(_gradient_invariance(run, canon, keys))
+
+
+def _judge_invariance(
+    state: _UnitState, fwd_inv: dict[str, Comparison], grad_inv: dict[str, Comparison]
+) -> None:
+    """forward_invariance and gradient_invariance from the layouts' comparisons (na when not differentiable)."""
+    j = state.judgments
+    if fwd_inv or not state.fwd_crashes:
+        j["forward_invariance"] = _verdict(
+            "forward_invariance", fwd_inv, {"layouts": state.layout_info}, per_layout=True
+        )
+    if not state.train:
+        for name in ("gradient_accuracy", "gradient_invariance"):
+            j[name] = JudgmentResult(
+                name, "na", "not_differentiable", {"why": "the manifest marks it non-differentiable"}
+            )
+        return
+    if grad_inv or not (state.bwd_crashes or state.backward_errors):
+        j["gradient_invariance"] = _verdict("gradient_invariance", grad_inv, {}, per_layout=True)
+    if state.backward_errors:
+        for name in ("gradient_accuracy", "gradient_invariance"):
+            j.setdefault(name, JudgmentResult(name, "green"))
+            j[name].add("missing_backward", {"layouts_without_backward": state.backward_errors})
+
+
+def _add_observed_reasons(state: _UnitState, cand: CandidateUnderTest) -> None:
+    """The reasons that apply beside the numbers: what ran, what it changed, what could not run."""
+    passes = [("forward", ("forward_accuracy", "forward_invariance"), state.fwd_obs, state.fwd_crashes)]
+    if state.train:
+        passes.append(
+            ("backward", ("gradient_accuracy", "gradient_invariance"), state.bwd_obs, state.bwd_crashes)
+        )
+    for phase, names, obs, crashes in passes:
+        for j in names:
+            state.judgments.setdefault(j, JudgmentResult(j, "green"))
+        problems = _observation_problems(obs, cand)
+        if state.modified[phase]:
+            problems.append(("input_modified", {"modified": state.modified[phase][:8]}))
+        for reason, detail in problems:
+            for j in names:
+                state.judgments[j].add(reason, detail)
+                state.judgments[j].diagnostics.setdefault("observed_ops", sorted(obs.ops))
+        if crashes:
+            # a crash of the canonical layout leaves every judgment of the pass unjudged; one of another
+            # layout only the invariance judgment (accuracy reads the canonical layout alone)
+            hit = names if state.canon_name in crashes else names[1:]
+            for j in hit:
+                state.judgments[j].add("exception", {"crashed_layouts": crashes}, status="error")
+    for jr in state.judgments.values():
+        if jr.status != "green" and jr.reason_code is not None:
+            jr.diagnostics.setdefault("reasons", [jr.reason_code])
+
+
 def run_unit(
     cand: CandidateUnderTest,
     adapter: OperatorAdapter,
@@ -290,7 +432,7 @@ def run_unit(
     train = differentiable and bool(adapter.grad_inputs or adapter.params)
     inputs = logical_inputs(adapter, fixture, case_id, pad_id, train, dev, param_case)
     keys = inputs.keys
-
+    state = _UnitState(train=train, canon_name=canon_spec.name)
     scratch: dict[str, Tensor] = {}
 
     def execute(layout: Layout, pool: dict[str, Tensor] | None = None) -> LayoutRun:
@@ -309,138 +451,53 @@ def run_unit(
             watch_ops=not cand.stock or layout.name == canon_spec.name,
         )
 
+    # 1. the canonical layout and the fp32 reference: the accuracy judgments, then the reference is dropped
     canon_layout = build_layout(fixture, canon_spec)
     reference = run_reference(cand.reference, adapter, canon_layout, inputs, train=train)
-    fwd_obs, bwd_obs = Observation(), Observation()
-    layout_info: dict[str, Any] = {}
-    # what a layout's failure to run means for each pass: {layout: {"why", "at"}}
-    fwd_crashes: dict[str, dict[str, str]] = {}
-    bwd_crashes: dict[str, dict[str, str]] = {}
-    backward_errors: dict[str, str] = {}
-    modified: dict[str, list[dict[str, Any]]] = {"forward": [], "backward": []}
-
-    def absorb(run: LayoutRun) -> None:
-        fwd_obs.merge(run.forward_obs)
-        bwd_obs.merge(run.backward_obs)
-        layout_info[run.layout] = {"kind": run.kind, "calls": run.n_calls}
-        for m in run.modified:
-            modified[m["pass"]].append({"layout": run.layout, **m})
-        if run.backward_crash is not None:
-            bwd_crashes[run.layout] = run.backward_crash
-        elif run.backward_error is not None:
-            backward_errors[run.layout] = run.backward_error
-
-    def crashed(spec: LayoutSpec, exc: Exception) -> None:
-        fwd_crashes[spec.name] = crash_text(exc)
-        if train and spec.kind == "training":
-            bwd_crashes[spec.name] = fwd_crashes[spec.name]
-
-    judgments: dict[str, JudgmentResult] = {}
     canon: LayoutRun | None
     try:
         canon = execute(canon_layout)
     except Exception as exc:  # nothing of the candidate's is judged yet; the other layouts still run
-        crashed(canon_spec, exc)
+        state.crashed(canon_spec, exc)
         canon = None
     ran_on = None
     if canon is not None:
-        absorb(canon)
+        state.absorb(canon)
         if canon.output_problem is None:
             ran_on = device_record(canon.output)
-        # forward_accuracy: the candidate's canonical output vs the fp32 reference.
-        if canon.output_problem is not None:
-            acc = {"output": canon.output_problem}
-        else:
-            spec = contract.resolve("forward_accuracy", op_class, dtype)
-            acc = {"output": tolerance_check(canon.output, reference.output, spec, keys=keys)}
-        judgments["forward_accuracy"] = _verdict("forward_accuracy", acc, {}, canonical=canon.layout)
-        if train and canon.output_problem is not None:
-            # a wrong output shape is the verdict, whatever the backward then does
-            judgments["gradient_accuracy"] = _verdict("gradient_accuracy", acc, {}, canonical=canon.layout)
-        elif train and canon.layout not in bwd_crashes and canon.layout not in backward_errors:
-            judgments["gradient_accuracy"] = _gradient_accuracy(
-                canon, reference, contract, op_class, dtype, keys
-            )
+        _judge_accuracy(state, canon, reference, contract, op_class, dtype, keys)
     del reference
-    canon_ok = canon is not None and canon.output_problem is None
-    canon_grads_ok = canon_ok and canon is not None and canon.layout not in bwd_crashes | backward_errors
 
+    # 2. every other layout, compared with canonical at once and dropped (its buffers are reused)
     fwd_inv: dict[str, Comparison] = {}
     grad_inv: dict[str, Comparison] = {}
     for spec in layout_specs:
         if spec.name == canon_spec.name:
             continue
         try:
-            run = execute(
-                build_layout(fixture, spec), scratch
-            )  # compared and dropped before buffers are reused
+            run = execute(build_layout(fixture, spec), scratch)
         except Exception as exc:  # the verdicts already found stand; this layout is an error
-            crashed(spec, exc)
+            state.crashed(spec, exc)
             continue
-        absorb(run)
-        # forward_invariance: every other layout, raw bits, after restore.
-        if run.output_problem is not None:
-            fwd_inv[run.layout] = run.output_problem
-        elif canon_ok and canon is not None:
-            fwd_inv[run.layout] = bitwise_equal(run.output, canon.output, keys=keys)
-        if train and run.kind == "training":
-            if run.output_problem is not None:
-                grad_inv[f"{run.layout}.output"] = run.output_problem
-            elif canon_grads_ok and canon is not None and run.layout not in bwd_crashes | backward_errors:
-                grad_inv.update(_gradient_invariance(run, canon, keys))
+        state.absorb(run)
+        _compare_layout(state, run, canon, keys, fwd_inv, grad_inv)
         del run
-    if fwd_inv or not fwd_crashes:
-        judgments["forward_invariance"] = _verdict(
-            "forward_invariance", fwd_inv, {"layouts": layout_info}, per_layout=True
-        )
+    _judge_invariance(state, fwd_inv, grad_inv)
 
-    if not train:
-        for j in ("gradient_accuracy", "gradient_invariance"):
-            judgments[j] = JudgmentResult(
-                j, "na", "not_differentiable", {"why": "the manifest marks it non-differentiable"}
-            )
-    else:
-        if grad_inv or not (bwd_crashes or backward_errors):
-            judgments["gradient_invariance"] = _verdict("gradient_invariance", grad_inv, {}, per_layout=True)
-        if backward_errors:
-            for j in ("gradient_accuracy", "gradient_invariance"):
-                judgments.setdefault(j, JudgmentResult(j, "green"))
-                judgments[j].add("missing_backward", {"layouts_without_backward": backward_errors})
-
-    # the reasons that apply beside the numbers: what ran, what it changed, what could not run
-    passes = [("forward", ("forward_accuracy", "forward_invariance"), fwd_obs, fwd_crashes)]
-    if train:
-        passes.append(("backward", ("gradient_accuracy", "gradient_invariance"), bwd_obs, bwd_crashes))
-    for phase, names, obs, crashes in passes:
-        for j in names:
-            judgments.setdefault(j, JudgmentResult(j, "green"))
-        problems = _observation_problems(obs, cand)
-        if modified[phase]:
-            problems.append(("input_modified", {"modified": modified[phase][:8]}))
-        for reason, detail in problems:
-            for j in names:
-                judgments[j].add(reason, detail)
-                judgments[j].diagnostics.setdefault("observed_ops", sorted(obs.ops))
-        if crashes:
-            # a crash of the canonical layout leaves every judgment of the pass unjudged; one of another
-            # layout only the invariance judgment (accuracy reads the canonical layout alone)
-            hit = names if canon_spec.name in crashes else names[1:]
-            for j in hit:
-                judgments[j].add("exception", {"crashed_layouts": crashes}, status="error")
-
-    for jr in judgments.values():
-        if jr.status != "green" and jr.reason_code is not None:
-            jr.diagnostics.setdefault("reasons", [jr.reason_code])
+    # 3. what ran, what it changed, what could not run
+    _add_observed_reasons(state, cand)
     peak = None
     if on_gpu:
         torch.cuda.synchronize(dev)  # the wall time covers the device work, not only its launches
         peak = int(torch.cuda.max_memory_allocated(dev))
     return UnitResult(
         operator=adapter.operator,
-        judgments=judgments,
-        observed_kernels=sorted(fwd_obs.kernels | bwd_obs.kernels | fwd_obs.launched | bwd_obs.launched),
-        observed_ops=sorted(fwd_obs.ops | bwd_obs.ops),
-        layouts=list(layout_info),
+        judgments=state.judgments,
+        observed_kernels=sorted(
+            state.fwd_obs.kernels | state.bwd_obs.kernels | state.fwd_obs.launched | state.bwd_obs.launched
+        ),
+        observed_ops=sorted(state.fwd_obs.ops | state.bwd_obs.ops),
+        layouts=list(state.layout_info),
         wall_s=time.perf_counter() - start,
         device=ran_on,
         peak_device_bytes=peak,
