@@ -266,7 +266,6 @@ def gate(
     widths, every judgment, no shard, no absent optional cell). Chain cells present are always judged;
     `require_chain` makes every profile on the axes (or, in a file without matrix axes, the file) need one.
     """
-    expected = expected_cells
     if source is None:
         source = str(evidence) if isinstance(evidence, (str, Path)) else "evidence"
     if expect_commit is not None:
@@ -280,6 +279,60 @@ def gate(
         ref = reference if reference is not None else load_reference(contract, manifest)
     except GateReferenceError as exc:
         return _bad_input("bad_reference", str(exc))
+    loaded = _load(evidence, expected_cells, source)
+    if isinstance(loaded, GateResult):
+        return loaded
+    doc, expected = loaded
+
+    problems, commits, dirty = _provenance_problems(doc, ref, expect_commit, require_clean)
+    matrix = _matrix_problems(doc, expected, ref, allow_pending_arch)
+    problems += matrix.problems
+    chain_problems, n_chain = _chain_problems(doc, ref, require_chain)
+    problems += chain_problems
+    if matrix.n_green_required == 0 and n_chain["green"] == 0:
+        problems.append(Problem("red", "no_green", "no executed green required cell"))
+    problems += _inventory_problems(doc)
+
+    if not doc["axes"]["operators"] and doc["chain_cells"]:
+        matrix_gaps = ["no matrix cell"]  # a `ws1 chain` file: the chain alone, said once
+    else:
+        matrix_gaps = _rejudge.full_run_gaps(doc, ref, matrix.n_missing_optional)
+    gaps = tuple(matrix_gaps + _chain.chain_gaps(doc, ref))
+    if full:
+        for gap in gaps:
+            problems.append(Problem("red", "not_full", f"--full: not the complete cell set: {gap}"))
+
+    n_red = sum(p.kind == "red" for p in problems)
+    n_pending = sum(p.kind == "pending" for p in problems)
+    code = EXIT_RED if n_red else (EXIT_PENDING if n_pending else EXIT_PASS)
+    verdict = VERDICTS[code] + (f" (reduced: {', '.join(gaps)})" if gaps else "")
+
+    counts = doc["counts"]
+    lines = [
+        f"ws1 gate: {verdict} (exit {code}): {source}",
+        f"commit {', '.join(commits)} dirty={str(dirty).lower()} workload {doc['workload']['id']} "
+        f"contract {doc['contract']['fingerprint'][:19]} finalised={str(doc['finalised']).lower()}",
+        "cells: "
+        + " ".join(f"{s.value}={counts[s.value]}" for s in CellStatus)
+        + f" total={counts['total']} expected={len(expected)} green_required={matrix.n_green_required}"
+        + (f" optional_absent={matrix.n_missing_optional}" if matrix.n_missing_optional else "")
+        + (" pending_arch_allowed" if allow_pending_arch else "")
+        + (f" chain green={n_chain['green']} red={n_chain['red']}" if doc["chain_cells"] else ""),
+        f"problems: red={n_red} pending={n_pending}",
+    ]
+    for p in problems[:_MAX_PROBLEM_LINES]:
+        lines.append(f"  [{p.kind}] {p.message}")
+    if len(problems) > _MAX_PROBLEM_LINES:
+        lines.append(f"  ... and {len(problems) - _MAX_PROBLEM_LINES} more")
+    return GateResult(code, tuple(lines), tuple(problems), gaps)
+
+
+def _load(
+    evidence: Mapping[str, Any] | str | Path,
+    expected: Mapping[CellKey, ExpectedCell] | None,
+    source: str,
+) -> tuple[dict[str, Any], Mapping[CellKey, ExpectedCell]] | GateResult:
+    """The validated evidence document and its expected cell set, or the bad-input result that refuses it."""
     try:
         if isinstance(evidence, (str, Path)):
             doc = read_evidence(evidence)
@@ -295,20 +348,24 @@ def gate(
         return _bad_input("digest_mismatch", str(exc))
     except (EvidenceError, CellError) as exc:
         return _bad_input("bad_input", str(exc) or type(exc).__name__)
-
     contradictions = device_contradictions(doc)
     if contradictions:
         return _bad_input(
             "device_mismatch",
             f"{source}: {len(contradictions)} cell(s) contradict the provenance, first: {contradictions[0]}",
         )
+    return doc, expected
 
+
+def _provenance_problems(
+    doc: Mapping[str, Any], ref: GateReference, expect_commit: str | None, require_clean: bool
+) -> tuple[list[Problem], list[str], bool]:
+    """Finalised, judged against the same contract and manifest, one commit (the expected one), clean if asked."""
     problems: list[Problem] = []
     if not doc["finalised"]:
         problems.append(Problem("red", "not_finalised", "evidence is not finalised (partial or crashed run)"))
     for problem_code, message in _rejudge.reference_mismatches(doc, ref) + _rejudge.plugin_problems(doc, ref):
         problems.append(Problem("red", problem_code, message))
-
     commits, dirty = source_commit(doc)
     if len(commits) != 1:
         problems.append(
@@ -323,7 +380,24 @@ def gate(
         )
     if require_clean and dirty:
         problems.append(Problem("red", "dirty_tree", "evidence was produced from a dirty or unknown tree"))
+    return problems, commits, dirty
 
+
+@dataclass(frozen=True)
+class _MatrixFindings:
+    problems: list[Problem]
+    n_green_required: int
+    n_missing_optional: int
+
+
+def _matrix_problems(
+    doc: Mapping[str, Any],
+    expected: Mapping[CellKey, ExpectedCell],
+    ref: GateReference,
+    allow_pending_arch: bool,
+) -> _MatrixFindings:
+    """Every matrix cell against the expected set, re-judged from its own records."""
+    problems: list[Problem] = []
     present: dict[CellKey, Mapping[str, Any]] = {cell_key_of(c): c for c in doc["cells"]}
     op_classes = _rejudge.op_classes(doc)
     for key in sorted(set(present) - set(expected)):
@@ -365,6 +439,14 @@ def gate(
             problems.append(problem)
         elif raw["status"] == CellStatus.GREEN.value and exp.required and cell_ok:
             n_green_required += 1
+    return _MatrixFindings(problems, n_green_required, n_missing_optional)
+
+
+def _chain_problems(
+    doc: Mapping[str, Any], ref: GateReference, require_chain: bool
+) -> tuple[list[Problem], dict[str, int]]:
+    """Every chain cell re-judged, every tier it names present, and a chain per profile when required."""
+    problems: list[Problem] = []
     n_chain = {"green": 0, "red": 0}
     for raw in doc["chain_cells"]:
         label = chain_label(raw)
@@ -393,40 +475,4 @@ def gate(
                 problems.append(Problem("red", "chain_missing", f"{profile}: --require-chain: no chain cell"))
         if not doc["axes"]["profiles"] and not doc["chain_cells"]:
             problems.append(Problem("red", "chain_missing", "--require-chain: no chain cell"))
-    if n_green_required == 0 and n_chain["green"] == 0:
-        problems.append(Problem("red", "no_green", "no executed green required cell"))
-
-    problems += _inventory_problems(doc)
-
-    if not doc["axes"]["operators"] and doc["chain_cells"]:
-        matrix_gaps = ["no matrix cell"]  # a `ws1 chain` file: the chain alone, said once
-    else:
-        matrix_gaps = _rejudge.full_run_gaps(doc, ref, n_missing_optional)
-    gaps = tuple(matrix_gaps + _chain.chain_gaps(doc, ref))
-    if full:
-        for gap in gaps:
-            problems.append(Problem("red", "not_full", f"--full: not the complete cell set: {gap}"))
-
-    n_red = sum(p.kind == "red" for p in problems)
-    n_pending = sum(p.kind == "pending" for p in problems)
-    code = EXIT_RED if n_red else (EXIT_PENDING if n_pending else EXIT_PASS)
-    verdict = VERDICTS[code] + (f" (reduced: {', '.join(gaps)})" if gaps else "")
-
-    counts = doc["counts"]
-    lines = [
-        f"ws1 gate: {verdict} (exit {code}): {source}",
-        f"commit {', '.join(commits)} dirty={str(dirty).lower()} workload {doc['workload']['id']} "
-        f"contract {doc['contract']['fingerprint'][:19]} finalised={str(doc['finalised']).lower()}",
-        "cells: "
-        + " ".join(f"{s.value}={counts[s.value]}" for s in CellStatus)
-        + f" total={counts['total']} expected={len(expected)} green_required={n_green_required}"
-        + (f" optional_absent={n_missing_optional}" if n_missing_optional else "")
-        + (" pending_arch_allowed" if allow_pending_arch else "")
-        + (f" chain green={n_chain['green']} red={n_chain['red']}" if doc["chain_cells"] else ""),
-        f"problems: red={n_red} pending={n_pending}",
-    ]
-    for p in problems[:_MAX_PROBLEM_LINES]:
-        lines.append(f"  [{p.kind}] {p.message}")
-    if len(problems) > _MAX_PROBLEM_LINES:
-        lines.append(f"  ... and {len(problems) - _MAX_PROBLEM_LINES} more")
-    return GateResult(code, tuple(lines), tuple(problems), gaps)
+    return problems, n_chain
