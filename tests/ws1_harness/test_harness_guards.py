@@ -129,14 +129,28 @@ def test_wgrad_accumulator_from_zero_is_red_on_the_wgrad_probe() -> None:
 
 
 def test_split_kv_decode_is_red_on_forward_invariance() -> None:
-    """Attention that splits the keys in two for decode-sized calls is red on the long tier's inference
-    layouts; the attention order probe (explicit orders in tests/ws1_workload/test_token_probes.py) makes the
+    """Attention that splits the keys in two for decode-sized calls is red on the inference layouts of a
+    sample that holds the attention order probe (explicit orders in tests/ws1_workload/test_token_probes.py) makes the
     red certain whatever the random rows do."""
+    from ws1_workload.fixtures import make_fixture
+
     base = gp.portable("attention")
+    # one sample long enough for the probe, decoding its last 10 tokens: the long tier's probe sample without
+    # the other eight (the whole tier took about 20 s here, on each of the three CPU paths)
+    fixture = make_fixture(
+        "guard/split_kv",
+        [1000],
+        [990],
+        pad_id=MODEL.pad_id,
+        token_id_limit=MANIFEST.token_id_limit,
+        hard_rows=MANIFEST.hard_rows,
+        token_cases=MANIFEST.token_cases,
+    )
+    assert fixture.token_edits.get("attention.q") is not None, "the fixture must hold the attention probe"
     result = run_planted(
         "attention",
         gp.split_kv_small_calls,
-        build_fixture(MANIFEST, "long"),
+        fixture,
         prefix="guard",
         declared_kernels=frozenset({base.kernel_id}),
         declared_ops=base.declared_ops | {"aten.nan_to_num"},
