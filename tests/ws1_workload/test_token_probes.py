@@ -31,7 +31,7 @@ from ws1_workload.token_probes import (
     WGRAD_BLOCK,
     apply_edit,
     pv_probes,
-    wgrad_probes,
+    wgrad_probes_for,
 )
 
 MANIFEST = load_manifest()
@@ -152,8 +152,7 @@ def _probe_terms(fx: Fixture) -> np.ndarray:
 
 
 def _probes(fx: Fixture) -> tuple:
-    kinds = sorted({k for i in MANIFEST.token_cases["wgrad_order_tokens"] for k in fx.hard_rows.get(i, ())})
-    return wgrad_probes(fx.samples, kinds)
+    return wgrad_probes_for(fx.samples, MANIFEST.token_cases["wgrad_order_tokens"], fx.hard_rows)
 
 
 def _red(values: Sequence[np.ndarray]) -> np.ndarray:

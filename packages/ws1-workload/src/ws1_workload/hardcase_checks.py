@@ -23,7 +23,7 @@ from .inputs import (
 )
 from .layouts import build_layout
 from .manifest import Manifest
-from .token_probes import PROBE_COLUMN, TOKEN_CASES, apply_edit, pv_probes, wgrad_probes
+from .token_probes import PROBE_COLUMN, TOKEN_CASES, apply_edit, pv_probes, wgrad_probes_for
 
 #: Width of the rows the presence check draws (the kind of a row does not depend on its width).
 CHECK_ROW_WIDTH = 256
@@ -140,8 +140,7 @@ def _check_tokens(case: str, spec: HardCaseSpec, fx: Fixture) -> Finding:
     active = dict(zip(fx.logical_keys, fx.active.tolist(), strict=True))
     row_of = {key: r for r, key in enumerate(fx.logical_keys)}
     if case == "wgrad_order_tokens":
-        kinds = sorted({k for item in spec.inputs for k in fx.hard_rows.get(item, ())})
-        wprobes = wgrad_probes(fx.samples, kinds)
+        wprobes = wgrad_probes_for(fx.samples, spec.inputs, fx.hard_rows)
         if not wprobes:
             return Finding(
                 case, fx.tier, False, "no sample after the first has active tokens in two 16-token blocks"

@@ -145,6 +145,14 @@ def wgrad_probes(samples: Sequence[Sample], kinds: Sequence[str] = ()) -> tuple[
     return ()
 
 
+def wgrad_probes_for(
+    samples: Sequence[Sample], inputs: Sequence[str], hard_rows: Mapping[str, Sequence[str]]
+) -> tuple[WgradProbe, ...]:
+    """`wgrad_probes` for the inputs a case edits: their hard-row kinds are the rows the probe must avoid."""
+    kinds = sorted({k for item in inputs for k in hard_rows.get(item, ())})
+    return wgrad_probes(samples, kinds)
+
+
 def pv_probes(samples: Sequence[Sample]) -> tuple[PvProbe, ...]:
     """The attention probes: one per sample long enough to hold a probe query (length > PV_MINUS_KEY)."""
     out = []
@@ -176,8 +184,7 @@ def token_edits(
     edits: dict[str, ColumnEdit] = {}
     for case, inputs in cases.items():
         if case == "wgrad_order_tokens":
-            kinds = sorted({k for item in inputs for k in hard_rows.get(item, ())})
-            probes = wgrad_probes(samples, kinds)
+            probes = wgrad_probes_for(samples, inputs, hard_rows)
             if not probes:
                 continue
             cols = tuple(p.column for p in probes)
