@@ -32,17 +32,18 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return skip
 
 
-def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The modules of `known` that module `name` (file `path`) imports."""
+def import_statements(name: str, path: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """Every import of module `name` (file `path`) as `(module, names)`: `("a.b", ())` for `import a.b`,
+    `("a", ("b", "c"))` for `from a import b, c`; relative imports resolved against the module's package."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     base = name if path.name == "__init__.py" else name.rpartition(".")[0]
     skip = _type_checking_nodes(tree)
-    found: set[str] = set()
+    out: list[tuple[str, tuple[str, ...]]] = []
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name in known)
+            out += [(a.name, ()) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = base.split(".")
@@ -50,11 +51,23 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
                 mod = ".".join(parts + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            for a in node.names:
-                if f"{mod}.{a.name}" in known:
-                    found.add(f"{mod}.{a.name}")
-                elif mod in known:
-                    found.add(mod)
+            out.append((mod, tuple(a.name for a in node.names)))
+    return out
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The modules of `known` that module `name` (file `path`) imports."""
+    found: set[str] = set()
+    for mod, names in import_statements(name, path):
+        if not names:
+            if mod in known:
+                found.add(mod)
+            continue
+        for alias in names:
+            if f"{mod}.{alias}" in known:
+                found.add(f"{mod}.{alias}")
+            elif mod in known:
+                found.add(mod)
     found.discard(name)
     return found
 

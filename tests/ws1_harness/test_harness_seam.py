@@ -7,10 +7,9 @@ function). The runtime check that a gate process loads no torch is in test_harne
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
-from import_graph import _type_checking_nodes
+from import_graph import import_statements
 
 REPO = Path(__file__).resolve().parents[2]
 VERDICT = REPO / "packages" / "ws1-harness" / "src" / "ws1_harness" / "verdict"
@@ -19,24 +18,11 @@ FORBIDDEN = ("torch", "triton", "numpy", "ws1_workload", "ws1_kernels", "ws1_har
 
 
 def imported_names(path: Path) -> set[str]:
-    """Every absolute module name a file imports (relative imports resolved against its package)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = _type_checking_nodes(tree)
-    package = "ws1_harness.verdict"
+    """Every absolute module name a verdict file imports, and `module.name` for each `from module import name`."""
     names: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            else:
-                base = node.module or ""
-            names.add(base)
-            names.update(f"{base}.{a.name}" for a in node.names)
+    for mod, aliases in import_statements(f"ws1_harness.verdict.{path.stem}", path):
+        names.add(mod)
+        names.update(f"{mod}.{a}" for a in aliases)
     return names
 
 
