@@ -110,7 +110,7 @@ def split_kv_small_calls(q: Tensor, k: Tensor, v: Tensor, scale: float, ctx: Lay
     construction on the fixture's attention order probe (ws1_workload.token_probes), on every host: each key
     block there holds one nonzero value in the probed column, so no BLAS order inside a block matters."""
     from ws1_kernels.portable import _math
-    from ws1_kernels.portable._blocks import KEY_BLOCK, QUERY_BLOCK, tree_sum
+    from ws1_kernels.portable._blocks import KEY_BLOCK, QUERY_BLOCK
 
     pa = importlib.import_module(
         "ws1_kernels.portable.attention"
@@ -127,20 +127,13 @@ def split_kv_small_calls(q: Tensor, k: Tensor, v: Tensor, scale: float, ctx: Lay
         for qb, s0, s1 in smp.query_blocks():
             qblk = pa._block_of(q, seg, qb, s0, s1)
             nkb = (qb * QUERY_BLOCK + s1 - 1) // KEY_BLOCK + 1
-            states = []
-            for lo, hi in ((0, (nkb + 1) // 2), ((nkb + 1) // 2, nkb)):
-                m = torch.full((hq, QUERY_BLOCK), float("-inf"))
-                den = torch.zeros((hq, QUERY_BLOCK))
-                acc = torch.zeros((hq, QUERY_BLOCK, d))
-                for kb in range(lo, hi):
-                    s, _kblk, vblk = smp.scores(qblk, qb, kb, scale)
-                    m_new = torch.maximum(m, s.amax(-1))
-                    alpha = _math.exp(m - m_new).nan_to_num(0.0)
-                    p = _math.exp(s - m_new.unsqueeze(-1)).nan_to_num(0.0)
-                    den = den * alpha + tree_sum(p, -1)
-                    acc = acc * alpha.unsqueeze(-1) + torch.bmm(p, vblk)
-                    m = m_new
-                states.append((m, den, acc))
+            half = (nkb + 1) // 2
+            # the portable walk over each half; a row whose keys all lie in the first half gets NaN states
+            # from the second (exp(-inf - -inf)), which count for nothing in the merge
+            states = [
+                pa.walk_keys(smp, qblk, qb, range(lo, hi), scale) for lo, hi in ((0, half), (half, nkb))
+            ]
+            states[1] = tuple(x.nan_to_num(0.0) if i else x for i, x in enumerate(states[1]))
             (m1, d1, a1), (m2, d2, a2) = states
             m = torch.maximum(m1, m2)
             w1, w2 = _math.exp(m1 - m).nan_to_num(0.0), _math.exp(m2 - m).nan_to_num(0.0)

@@ -74,6 +74,26 @@ def _block_of(x: torch.Tensor, seg: Segment, qb: int, s0: int, s1: int) -> torch
     return out
 
 
+def walk_keys(
+    smp: _Sample, qblk: torch.Tensor, qb: int, blocks: range, scale: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fp32 online softmax of query block qb over the key blocks `blocks`, walked in the order given:
+    the running max ``m [Hq, QB]``, the denominator ``[Hq, QB]`` and the unnormalised output ``[Hq, QB, D]``."""
+    hq, d = qblk.shape[0], qblk.shape[2]
+    m = torch.full((hq, QUERY_BLOCK), _NEG_INF, device=qblk.device)
+    denom = torch.zeros((hq, QUERY_BLOCK), device=qblk.device)
+    acc = torch.zeros((hq, QUERY_BLOCK, d), device=qblk.device)
+    for kb in blocks:
+        s, _kblk, vblk = smp.scores(qblk, qb, kb, scale)
+        m_new = torch.maximum(m, s.amax(-1))
+        alpha = _math.exp(m - m_new)
+        p = _math.exp(s - m_new.unsqueeze(-1))
+        denom = denom * alpha + tree_sum(p, -1)
+        acc = acc * alpha.unsqueeze(-1) + torch.bmm(p, vblk)
+        m = m_new
+    return m, denom, acc
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, scale, lctx):  # type: ignore[override]
@@ -86,18 +106,8 @@ class _Attention(torch.autograd.Function):
             smp = _Sample(seg, q, k, v, lctx.kv_prefix.get(seg.sample_id), group)
             for qb, s0, s1 in smp.query_blocks():
                 qblk = _block_of(q, seg, qb, s0, s1)
-                m = torch.full((hq, QUERY_BLOCK), _NEG_INF, device=q.device)
-                denom = torch.zeros((hq, QUERY_BLOCK), device=q.device)
-                acc = torch.zeros((hq, QUERY_BLOCK, d), device=q.device)
                 last_pos = qb * QUERY_BLOCK + s1 - 1
-                for kb in range(last_pos // KEY_BLOCK + 1):
-                    s, _kblk, vblk = smp.scores(qblk, qb, kb, scale)
-                    m_new = torch.maximum(m, s.amax(-1))
-                    alpha = _math.exp(m - m_new)
-                    p = _math.exp(s - m_new.unsqueeze(-1))
-                    denom = denom * alpha + tree_sum(p, -1)
-                    acc = acc * alpha.unsqueeze(-1) + torch.bmm(p, vblk)
-                    m = m_new
+                m, denom, acc = walk_keys(smp, qblk, qb, range(last_pos // KEY_BLOCK + 1), scale)
                 r0 = seg.start + qb * QUERY_BLOCK + s0 - seg.first_position
                 out[r0 : r0 + s1 - s0] = (acc / denom.unsqueeze(-1))[:, s0:s1].transpose(0, 1)
                 lse[r0 : r0 + s1 - s0] = (m + _math.log(denom))[:, s0:s1].transpose(0, 1)
