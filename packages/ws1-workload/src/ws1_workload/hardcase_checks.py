@@ -170,9 +170,9 @@ def _check_tokens(case: str, spec: HardCaseSpec, fx: Fixture) -> Finding:
     probes = pv_probes(fx.samples)
     if not probes:
         return Finding(case, fx.tier, False, "no sample is long enough for a probe query")
+    q = _probe_tensor(fx, next(i for i in spec.inputs if i.endswith(".q")))
+    v = _probe_tensor(fx, next(i for i in spec.inputs if i.endswith(".v")))
     for p in probes:
-        q = _probe_tensor(fx, next(i for i in spec.inputs if i.endswith(".q")))
-        v = _probe_tensor(fx, next(i for i in spec.inputs if i.endswith(".v")))
         qrows = [row_of[(p.sample_id, i)] for i in p.queries]
         if not all(active[(p.sample_id, i)] for i in p.queries) or bool(q[qrows].any()):
             return Finding(case, fx.tier, False, f"sample {p.sample_id}: the probe queries are not zero rows")
