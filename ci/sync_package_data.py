@@ -5,7 +5,8 @@ Source of truth: `contracts/*.json` and `manifests/*.yaml` at the repository roo
 a byte-identical copy as package data, so `pip install packages/<dist>` works without the checkout:
 
     contracts/*.json  -> packages/ws1-contract/src/ws1_contract/data/
-    manifests/*.yaml  -> packages/ws1-workload/src/ws1_workload/data/
+    manifests/operators.yaml -> packages/ws1-contract/src/ws1_contract/data/   (the operator spec)
+    manifests/*.yaml  -> packages/ws1-workload/src/ws1_workload/data/   (the workloads, not the spec)
     manifests/*.yaml  -> packages/ws1-harness/src/ws1_harness/data/   (the gate reads it without torch)
 
 `python ci/sync_package_data.py` writes changed copies and removes orphan copies (a copy whose source is gone);
@@ -26,9 +27,18 @@ ROOT = Path(__file__).resolve().parent.parent
 # (source directory, glob, destination directory), all relative to the repository root.
 MAPPINGS: tuple[tuple[str, str, str], ...] = (
     ("contracts", "*.json", "packages/ws1-contract/src/ws1_contract/data"),
+    ("manifests", "operators.yaml", "packages/ws1-contract/src/ws1_contract/data"),
     ("manifests", "*.yaml", "packages/ws1-workload/src/ws1_workload/data"),
     ("manifests", "*.yaml", "packages/ws1-harness/src/ws1_harness/data"),
 )
+# files a glob matches that are shipped by another package only (the operator spec lives in ws1_contract)
+EXCLUDED: frozenset[str] = frozenset({"operators.yaml"})
+
+
+def _matches(directory: Path, pattern: str) -> list[Path]:
+    """The files of `directory` matching `pattern`; a wildcard pattern leaves out the EXCLUDED names."""
+    found = sorted(p for p in directory.glob(pattern) if p.is_file())
+    return found if "*" not in pattern else [p for p in found if p.name not in EXCLUDED]
 
 
 @dataclass(frozen=True)
@@ -43,9 +53,8 @@ def pairs(root: Path = ROOT) -> list[Pair]:
     """Every (source, copy) pair the repository requires."""
     out: list[Pair] = []
     for src_dir, pattern, dst_dir in MAPPINGS:
-        for source in sorted((root / src_dir).glob(pattern)):
-            if source.is_file():
-                out.append(Pair(source, root / dst_dir / source.name))
+        for source in _matches(root / src_dir, pattern):
+            out.append(Pair(source, root / dst_dir / source.name))
     return out
 
 
@@ -53,7 +62,7 @@ def orphans(root: Path = ROOT) -> list[Path]:
     """Copies in a package data directory whose source file no longer exists."""
     out: list[Path] = []
     for src_dir, pattern, dst_dir in MAPPINGS:
-        for copy in sorted((root / dst_dir).glob(pattern)):
+        for copy in _matches(root / dst_dir, pattern):
             if not (root / src_dir / copy.name).is_file():
                 out.append(copy)
     return out

@@ -36,7 +36,7 @@ def run_planted(
     cand = CandidateUnderTest(
         candidate_id=f"{prefix}.{op}",
         fn=fn,
-        reference=getattr(reference, op),
+        reference=reference.of(op),
         declared_kernels=declared_kernels,
         declared_ops=declared_ops,
         param_grad_rule=base.param_grad_rule,

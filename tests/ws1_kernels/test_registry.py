@@ -84,7 +84,7 @@ def test_resolve_or_skip_skips_only_what_the_registry_calls_hardware() -> None:
     [
         ("triton_cuda_bf16", "runs on cuda, asked for cpu"),
         ("cuda_bf16", "no candidate registered yet"),
-        ("cuda_bf16_sm90", "needs CUDA sm90"),
+        ("cuda_bf16_sm90", "no candidate registered yet"),
     ],
 )
 def test_declared_gpu_profiles_fail_closed(profile: str, reason: str) -> None:

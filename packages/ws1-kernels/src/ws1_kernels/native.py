@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import _validate as v
+from .backend import Backend, OpEntry
 from .context import LayoutContext
 from .launches import record
 from .op_checks import check_attention, check_rope, check_targets
@@ -178,3 +179,183 @@ def linear_logp(
     check_targets(where, targets, weight.shape[0], x.shape[0])
     lp = torch.log_softmax(F.linear(x, weight).float(), dim=-1).gather(1, targets[:, None]).squeeze(1)
     return _launched("ws1.native.linear_logp", lp)
+
+
+# The aten ops each stock op may dispatch, forward and backward, recorded over every layout type on the CPU and
+# on CUDA (tests/ws1_kernels/test_registry.py re-records them); stock kernels are recorded, never judged.
+_DECLARED: dict[str, frozenset[str]] = {
+    "embedding": frozenset(
+        {
+            "aten._local_scalar_dense",
+            "aten.add_",
+            "aten.aminmax",
+            "aten.detach",
+            "aten.embedding",
+            "aten.embedding_dense_backward",
+        }
+    ),
+    "rope": frozenset(
+        {
+            "aten._to_copy",
+            "aten.add",
+            "aten.arange",
+            "aten.cat",
+            "aten.clamp",
+            "aten.cos",
+            "aten.detach",
+            "aten.div",
+            "aten.mul",
+            "aten.neg",
+            "aten.pow",
+            "aten.reciprocal",
+            "aten.sin",
+            "aten.slice",
+            "aten.slice_backward",
+            "aten.unsqueeze",
+        }
+    ),
+    "silu": frozenset(
+        {
+            "aten.detach",
+            "aten.silu",
+            "aten.silu_backward",
+        }
+    ),
+    "swiglu": frozenset(
+        {
+            "aten._to_copy",
+            "aten.detach",
+            "aten.mul",
+            "aten.silu",
+            "aten.silu_backward",
+        }
+    ),
+    "rms_norm": frozenset(
+        {
+            "aten._to_copy",
+            "aten.add",
+            "aten.add_",
+            "aten.detach",
+            "aten.div",
+            "aten.expand",
+            "aten.mean",
+            "aten.mul",
+            "aten.pow",
+            "aten.rsqrt",
+            "aten.sum",
+            "aten.view",
+        }
+    ),
+    "qk_norm": frozenset(
+        {
+            "aten._to_copy",
+            "aten.add",
+            "aten.add_",
+            "aten.detach",
+            "aten.div",
+            "aten.expand",
+            "aten.mean",
+            "aten.mul",
+            "aten.pow",
+            "aten.rsqrt",
+            "aten.sum",
+            "aten.view",
+        }
+    ),
+    "det_gemm": frozenset(
+        {
+            "aten.add_",
+            "aten.detach",
+            "aten.mm",
+            "aten.t",
+        }
+    ),
+    "lm_head": frozenset(
+        {
+            "aten.add_",
+            "aten.detach",
+            "aten.mm",
+            "aten.t",
+        }
+    ),
+    "attention": frozenset(
+        {
+            "aten._scaled_dot_product_flash_attention_for_cpu",
+            "aten._scaled_dot_product_flash_attention_for_cpu_backward",
+            "aten.add",
+            "aten.arange",
+            "aten.cat",
+            "aten.clone",
+            "aten.detach",
+            "aten.expand",
+            "aten.index",
+            "aten.index_put",
+            "aten.le",
+            "aten.scalar_tensor",
+            "aten.select",
+            "aten.select_backward",
+            "aten.slice",
+            "aten.slice_backward",
+            "aten.squeeze",
+            "aten.sum",
+            "aten.transpose",
+            "aten.unsqueeze",
+            "aten.view",
+            "aten.where",
+            "aten.zeros_like",
+        }
+    ),
+    "logp": frozenset(
+        {
+            "aten._local_scalar_dense",
+            "aten._log_softmax",
+            "aten._log_softmax_backward_data",
+            "aten._to_copy",
+            "aten.aminmax",
+            "aten.detach",
+            "aten.gather",
+            "aten.new_zeros",
+            "aten.scatter_add",
+            "aten.squeeze",
+            "aten.unsqueeze",
+        }
+    ),
+    "linear_logp": frozenset(
+        {
+            "aten._local_scalar_dense",
+            "aten._log_softmax",
+            "aten._log_softmax_backward_data",
+            "aten._to_copy",
+            "aten.add_",
+            "aten.aminmax",
+            "aten.detach",
+            "aten.gather",
+            "aten.mm",
+            "aten.new_zeros",
+            "aten.scatter_add",
+            "aten.squeeze",
+            "aten.t",
+            "aten.unsqueeze",
+        }
+    ),
+}
+
+OPS: dict[str, OpEntry] = {
+    op: OpEntry(fn, f"ws1.native.{op}", _DECLARED[op])
+    for op, fn in {
+        "embedding": embedding,
+        "rms_norm": rms_norm,
+        "qk_norm": qk_norm,
+        "det_gemm": det_gemm,
+        "rope": rope,
+        "attention": attention,
+        "silu": silu,
+        "swiglu": swiglu,
+        "lm_head": lm_head,
+        "logp": logp,
+        "linear_logp": linear_logp,
+    }.items()
+}
+
+# the stock baseline runs wherever torch does ("any"): on CUDA when a GPU is present, else on the CPU
+BACKEND = Backend(device="any", min_arch=None, param_grad_rule="autograd_accumulate", load=lambda: (OPS, None))

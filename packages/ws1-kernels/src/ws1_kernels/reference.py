@@ -4,6 +4,9 @@ Same signatures as the candidates.  Inputs are upcast to fp32 (pass fp32 leaves,
 ``x.detach().float().requires_grad_()``, to get fp32 gradients), the math is plain fp32 torch, differentiable
 by ordinary autograd, and TF32 is off inside every call (restored after).  Outputs are fp32.  No blocking, no
 invariance tricks: this is the textbook formula.  Weight gradients land in ``weight.grad``.
+
+``of(operator)`` is how every caller finds an operator's reference: the function of that name here, or the one a
+plug-in operator brought with ``register`` (ws1_contract.operators.register_operator adds its spec).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from .rope_math import rope_tables, rotate
 
 __all__ = [
     "attention",
+    "of",
+    "register",
     "det_gemm",
     "embedding",
     "fp32_math",
@@ -243,3 +248,26 @@ def linear_logp(
     v.dims(where, "targets", targets, (x.shape[0],))
     with fp32_math():
         return torch.log_softmax(logits, dim=-1).gather(1, targets[:, None]).squeeze(1)
+
+
+_PLUGIN_REFERENCES: dict[str, Callable[..., torch.Tensor]] = {}
+_NOT_OPERATORS = frozenset({"fp32_math", "of", "register"})
+
+
+def register(operator: str, fn: Callable[..., torch.Tensor]) -> None:
+    """The fp32 reference of a plug-in operator (its spec registered with ws1_contract.operators)."""
+    if operator in __all__:
+        raise ValueError(f"reference.register: {operator!r} is a built-in operator's reference")
+    if not callable(fn):
+        raise TypeError(f"reference.register({operator!r}): not callable")
+    _PLUGIN_REFERENCES[operator] = fn
+
+
+def of(operator: str) -> Callable[..., torch.Tensor]:
+    """The fp32 reference of `operator`; KeyError naming the operator when it has none."""
+    if operator in _PLUGIN_REFERENCES:
+        return _PLUGIN_REFERENCES[operator]
+    if operator in __all__ and operator not in _NOT_OPERATORS:
+        fn: Callable[..., torch.Tensor] = globals()[operator]
+        return fn
+    raise KeyError(f"no fp32 reference for operator {operator!r}")

@@ -2,9 +2,13 @@
 
 ``resolve`` returns a candidate that can run on the requested device or raises ``CandidateUnavailable`` listing
 every candidate it considered and why each was rejected; nothing falls back to another profile or operator.
-Plug-ins register whole profiles (``register_profile``), through the ``ws1.candidates`` entry-point group
-(``load_entry_points``) or a ``module:attr`` spec (``load_spec``, for a CLI ``--candidates``); they are judged
-exactly like the built-in ones.
+Every backend registers in one style (``ws1_kernels.backend``): a ``Backend`` whose loader gives operator ->
+``OpEntry``. The built-in backends are the operator spec's ``profiles:`` table (``manifests/operators.yaml``:
+profile name -> the module exporting ``BACKEND``); the operator names and which operators take a weight are the
+spec's too, so this module holds no per-operator table. Plug-ins register whole profiles the same way
+(``register_backend``) or as candidate lists (``register_profile``), through the ``ws1.candidates`` entry-point
+group (``load_entry_points``) or a ``module:attr`` spec (``load_spec``, for a CLI ``--candidates``); they are
+judged exactly like the built-in ones.
 """
 
 from __future__ import annotations
@@ -19,32 +23,34 @@ from importlib import metadata
 from typing import Any
 
 import torch
+from ws1_contract import operators as spec
 
-from . import native, portable
-from ._declared import NATIVE_OPS, PORTABLE_OPS
+from .backend import Backend
 from .errors import CandidateUnavailable, RegistryError
 
-OPERATORS: tuple[str, ...] = (
-    "embedding",
-    "rms_norm",
-    "qk_norm",
-    "det_gemm",
-    "rope",
-    "attention",
-    "silu",
-    "swiglu",
-    "lm_head",
-    "logp",
-    "linear_logp",
-    "pack",
-)
-LAYOUT_ONLY: frozenset[str] = frozenset({"pack"})
 PARAM_GRAD_RULES: frozenset[str] = frozenset({"sample_blocks_main_grad", "autograd_accumulate"})
 ENTRY_POINT_GROUP = "ws1.candidates"
-# operators with a weight parameter (param_grad_rule applies); the others declare None
-PARAM_OPERATORS: frozenset[str] = frozenset(
-    {"embedding", "rms_norm", "qk_norm", "det_gemm", "lm_head", "linear_logp"}
-)
+
+
+def operators() -> tuple[str, ...]:
+    """Every operator of this process, in chain order (the spec's, then any a plug-in registered)."""
+    return tuple(spec.operators())
+
+
+def layout_only() -> frozenset[str]:
+    """Operators that are layout helpers: no candidate by design."""
+    return frozenset(n for n, s in spec.operators().items() if s.layout_only)
+
+
+def param_operators() -> frozenset[str]:
+    """Operators with a weight: their candidates follow a parameter-gradient rule; the others declare None."""
+    return frozenset(n for n, s in spec.operators().items() if s.has_params)
+
+
+# the shipped spec's, as constants for callers that read them once (a plug-in operator is in the functions above)
+OPERATORS: tuple[str, ...] = spec.shipped_table().names
+LAYOUT_ONLY: frozenset[str] = spec.shipped_table().layout_only
+PARAM_OPERATORS: frozenset[str] = spec.shipped_table().param_operators
 
 
 def _always(device: str) -> str | None:
@@ -83,13 +89,13 @@ class Candidate:
 
     def __post_init__(self) -> None:
         where = f"registry.Candidate({self.profile}.{self.operator})"
-        if self.operator not in OPERATORS or self.operator in LAYOUT_ONLY:
+        if self.operator not in operators() or self.operator in layout_only():
             raise RegistryError(f"{where}: unknown or layout-only operator {self.operator!r}")
         if self.device not in ("cpu", "cuda", "any"):
             raise RegistryError(f"{where}: device must be cpu, cuda or any, got {self.device!r}")
         if self.min_arch is not None and not re.fullmatch(r"sm\d{2,3}a?", self.min_arch):
             raise RegistryError(f"{where}: min_arch must look like 'sm90', got {self.min_arch!r}")
-        expected_rule = self.operator in PARAM_OPERATORS
+        expected_rule = self.operator in param_operators()
         if (self.param_grad_rule is not None) != expected_rule or (
             self.param_grad_rule is not None and self.param_grad_rule not in PARAM_GRAD_RULES
         ):
@@ -200,14 +206,14 @@ def _device_reason(c: Candidate, device: str) -> str | None:
 def resolve(profile: str, operator: str, device: str = "cpu") -> Candidate:
     """The candidate of ``(profile, operator)`` that can run on ``device``; fail-closed."""
     _check_profile(profile)
-    if operator not in OPERATORS:
-        raise RegistryError(f"registry: unknown operator {operator!r} (known: {', '.join(OPERATORS)})")
+    if operator not in operators():
+        raise RegistryError(f"registry: unknown operator {operator!r} (known: {', '.join(operators())})")
     try:
         torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise RegistryError(f"registry: bad device {device!r}") from exc
     cid = f"{profile}.{operator}"
-    if operator in LAYOUT_ONLY:
+    if operator in layout_only():
         raise CandidateUnavailable(profile, operator, device, [(cid, "layout_only: no candidate by design")])
     if profile in _PENDING:
         raise CandidateUnavailable(profile, operator, device, [(cid, _PENDING[profile])])
@@ -284,92 +290,62 @@ def load_entry_points() -> tuple[str, ...]:
     return tuple(names)
 
 
-# ---- built-in profiles -----------------------------------------------------------------------------------
+def backend_candidates(profile: str, backend: Backend, *, stock: bool = False) -> tuple[list[Candidate], str | None]:
+    """The candidates of a backend under a profile name, or (no candidates, why) when its loader has none.
 
-_P = portable
-# declared_ops: aten overload packets each candidate may dispatch (forward and backward), recorded over every
-# layout type (tests/ws1_kernels/test_registry.py::test_launch_log_and_declared_ops re-checks them). One entry per
-# operator of OPERATORS but the layout-only ones (tests/ws1_harness/test_harness_operator_lists_agree.py checks)
-_PORTABLE_FNS: dict[str, tuple[Callable[..., Any], str]] = {
-    "embedding": (_P.embedding, "ws1.cpu.embedding.gather"),
-    "rms_norm": (_P.rms_norm, "ws1.cpu.rms_norm.rowwise"),
-    "qk_norm": (_P.qk_norm, "ws1.cpu.qk_norm.rowwise"),
-    "det_gemm": (_P.det_gemm, _P.linear.DET_GEMM_KERNEL),
-    "rope": (_P.rope, "ws1.cpu.rope.rotate_half"),
-    "attention": (_P.attention, "ws1.cpu.attention.fixed_keyblock"),
-    "silu": (_P.silu, "ws1.cpu.silu.pointwise"),
-    "swiglu": (_P.swiglu, "ws1.cpu.swiglu.pointwise"),
-    "lm_head": (_P.lm_head, _P.linear.LM_HEAD_KERNEL),
-    "logp": (_P.logp, "ws1.cpu.logp.rowwise"),
-    "linear_logp": (_P.linear_logp, "ws1.cpu.linear_logp.vocabblock"),
-}
-
-register_profile(
-    "portable_cpu",
-    [
+    The parameter-gradient rule is the backend's, on the operators that take a weight (the spec says which)."""
+    entries, why = backend.load()
+    params, order = param_operators(), operators()
+    unknown = sorted(set(entries) - set(order))
+    if unknown:
+        raise RegistryError(f"registry: profile {profile!r} implements {unknown[0]!r}, which the operator spec lacks")
+    return [
         Candidate(
-            profile="portable_cpu",
+            profile=profile,
             operator=op,
-            kernel_id=kid,
-            device="cpu",
-            min_arch=None,
-            param_grad_rule="sample_blocks_main_grad" if op in PARAM_OPERATORS else None,
-            declared_ops=PORTABLE_OPS[op],
-            fn=fn,
+            kernel_id=entry.kernel_id,
+            kernel_ids=entry.kernel_ids,
+            device=backend.device,
+            min_arch=backend.min_arch,
+            param_grad_rule=backend.param_grad_rule if op in params else None,
+            declared_ops=entry.declared_ops,
+            fn=entry.fn,
+            available=backend.available,
+            stock=stock,
         )
-        for op, (fn, kid) in _PORTABLE_FNS.items()
-    ],
-)
-
-register_profile(
-    "native_torch",
-    [
-        Candidate(
-            profile="native_torch",
-            operator=op,
-            kernel_id=f"ws1.native.{op}",
-            device="any",
-            min_arch=None,
-            param_grad_rule="autograd_accumulate" if op in PARAM_OPERATORS else None,
-            declared_ops=NATIVE_OPS[op],
-            fn=getattr(native, op),
-            stock=True,
-        )
-        for op in OPERATORS
-        if op not in LAYOUT_ONLY
-    ],
-)
+        for op, entry in sorted(entries.items(), key=lambda kv: order.index(kv[0]))
+    ], why
 
 
-def _register_triton() -> None:
-    """Register the Triton profile with every operator whose module exists; the others resolve red."""
-    from . import triton_ops
-
-    found, missing = triton_ops.load_ops()
-    if not found:
-        why = "; ".join(sorted(set(missing.values()))) or "no operator module"
-        declare_profile(triton_ops.PROFILE, f"no candidate registered yet ({why})")
+def register_backend(name: str, backend: Backend, *, stock: bool = False, replace: bool = False) -> None:
+    """Register a profile from a ``Backend`` (the one registration style; ``register_profile`` takes the
+    candidates it builds). A backend whose loader has no operator becomes a declared name with its reason."""
+    cands, why = backend_candidates(name, backend, stock=stock)
+    if not cands:
+        declare_profile(name, f"no candidate registered yet ({why or 'the backend loads no operator'})")
         return
-    register_profile(
-        triton_ops.PROFILE,
-        [
-            Candidate(
-                profile=triton_ops.PROFILE,
-                operator=op,
-                kernel_id=spec.kernel_id,
-                kernel_ids=spec.kernel_ids,
-                device="cuda",
-                min_arch=triton_ops.MIN_ARCH,
-                param_grad_rule="sample_blocks_main_grad" if op in PARAM_OPERATORS else None,
-                declared_ops=spec.declared_ops,
-                fn=spec.fn,
-            )
-            for op, spec in found.items()
-        ],
-    )
+    register_profile(name, cands, replace=replace)
 
 
-_register_triton()
-declare_profile("cuda_bf16", "no candidate registered yet (needs CUDA sm80 and the ws1 extension)")
-declare_profile("cuda_bf16_sm90", "no candidate registered yet; needs CUDA sm90")
+# ---- built-in profiles: the operator spec's `profiles:` table ------------------------------------------------
+
+
+def _register_builtins() -> None:
+    """Import each built-in backend's module and register it; a module that is not there (the CUDA extension's
+    Python side before it is written) leaves a declared name whose cells say so."""
+    for name, entry in spec.shipped_table().profiles.items():
+        try:
+            mod = importlib.import_module(entry.backend)
+        except ModuleNotFoundError as exc:
+            if exc.name != entry.backend:
+                raise  # the backend exists but something it needs is missing: a bug to see
+            declare_profile(name, f"no candidate registered yet (backend module {entry.backend} not written)")
+            continue
+        backend = getattr(mod, "BACKEND", None)
+        if not isinstance(backend, Backend):
+            raise RegistryError(f"registry: {entry.backend} (profile {name}) exports no BACKEND")
+        register_backend(name, backend, stock=entry.stock)
+
+
+_register_builtins()
 _BUILTIN = frozenset(profiles())

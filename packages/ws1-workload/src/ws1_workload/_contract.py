@@ -1,14 +1,16 @@
-"""The one place this package touches ws1_contract: schema validation and fingerprints."""
+"""The one place this package touches ws1_contract: schema validation, fingerprints and the operator spec."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ws1_contract import ContractError, canonical_json, load_schema, sha256_fingerprint, validate_document
+from ws1_contract import ContractError, canonical_json, load_schema, validate_document
+from ws1_contract import operators as spec
+from ws1_contract.operators import OperatorSpec, ProfileEntry
 
 from .errors import WorkloadError
 
-__all__ = ["canonical_json", "fingerprint", "validate_manifest_document"]
+__all__ = ["OperatorSpec", "ProfileEntry", "canonical_json", "fingerprint", "spec", "validate_manifest_document"]
 
 
 def validate_manifest_document(doc: Any, source: str) -> None:
@@ -21,5 +23,6 @@ def validate_manifest_document(doc: Any, source: str) -> None:
 
 
 def fingerprint(doc: Any) -> str:
-    """`sha256:<hex>` of the canonical JSON of `doc` (sorted keys, no whitespace), as the contract defines it."""
-    return sha256_fingerprint(doc)
+    """The workload fingerprint of a manifest document: `sha256:<hex>` of the canonical JSON of the document
+    together with the shipped operator spec (`ws1_contract.operators.workload_fingerprint`)."""
+    return spec.workload_fingerprint(doc)

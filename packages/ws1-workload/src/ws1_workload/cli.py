@@ -73,14 +73,8 @@ def _describe(m: Manifest) -> dict[str, Any]:
         "models": models,
         "tiers": tiers,
         "operators": {n: op.op_class for n, op in m.operators.items()},
-        "profiles": {
-            n: {
-                "device": p.device,
-                "param_grad_rule": p.param_grad_rule,
-                "nodes": {op: [nd.candidate_id, nd.kernel_id, nd.arch] for op, nd in p.nodes.items()},
-            }
-            for n, p in m.profiles.items()
-        },
+        # the built-in backends by name: what each runs (kernel ids, devices) is the registry's (`ws1 inventory`)
+        "profiles": {n: {"backend": p.backend, "stock": p.stock} for n, p in m.profiles.items()},
     }
 
 
@@ -106,10 +100,7 @@ def _print_text(d: dict[str, Any]) -> None:
             )
     print("operators: " + ", ".join(f"{n}={c}" for n, c in d["operators"].items()))
     for name, pd in d["profiles"].items():
-        print(
-            f"profile {name}: device {pd['device']}, param grads {pd['param_grad_rule']}, "
-            f"{len(pd['nodes'])} nodes"
-        )
+        print(f"profile {name}: backend {pd['backend']}" + (" (stock baseline)" if pd["stock"] else ""))
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:

@@ -2,7 +2,10 @@
 
 The schema (`contracts/manifest.schema.json`, shipped by ws1_contract) fixes the shape; this module checks
 what a schema cannot: the single revision embedded in the workload id, token ids inside every model's vocab,
-chunked layouts that really split every tier, profiles that name a candidate for every chain node.
+chunked layouts that really split every tier, hard cases that name inputs the operator spec has.
+
+The chain nodes, their op classes and the built-in profiles are not restated here: they are the operator spec's
+(`manifests/operators.yaml`, read by `ws1_contract.operators`), and the workload fingerprint covers both files.
 """
 
 from __future__ import annotations
@@ -17,26 +20,14 @@ from typing import Any
 
 import yaml
 
+from ._contract import OperatorSpec, ProfileEntry, validate_manifest_document
 from ._contract import fingerprint as _fingerprint
-from ._contract import validate_manifest_document
+from ._contract import spec as _spec
 from .errors import WorkloadError
 from .hardcases import HardCaseSpec, hard_rows_of, parse_hard_cases, token_cases_of
 
-#: The chain nodes of the Qwen3 dense forward, in chain order. The manifest must declare exactly these.
-CHAIN_NODES: tuple[str, ...] = (
-    "embedding",
-    "rms_norm",
-    "qk_norm",
-    "det_gemm",
-    "rope",
-    "attention",
-    "silu",
-    "swiglu",
-    "lm_head",
-    "logp",
-    "linear_logp",
-    "pack",
-)
+#: The chain nodes of the Qwen3 dense forward, in chain order: the operator spec's shipped operators.
+CHAIN_NODES: tuple[str, ...] = _spec.shipped_table().names
 TIERS: tuple[str, ...] = ("short", "primary", "long")
 PACKAGED_MANIFEST = "qwen3-8b-dense.yaml"
 
@@ -113,30 +104,6 @@ class LayoutSpec:
 
 
 @dataclass(frozen=True)
-class OperatorSpec:
-    name: str
-    op_class: str | None
-    differentiable: bool
-    optional: bool
-    layout_only: bool
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    candidate_id: str
-    kernel_id: str
-    arch: str | None
-
-
-@dataclass(frozen=True)
-class ProfileSpec:
-    name: str
-    device: str  # "cpu" | "cuda" | "any"
-    nodes: Mapping[str, NodeSpec]
-    param_grad_rule: str = "sample_blocks_main_grad"
-
-
-@dataclass(frozen=True)
 class SampleSpec:
     length: int
     prompt_len: int
@@ -157,12 +124,20 @@ class Manifest:
     tiers: tuple[str, ...]
     tier_samples: Mapping[str, tuple[SampleSpec, ...]] = field(repr=False)
     layouts: tuple[LayoutSpec, ...] = field(repr=False)
-    operators: Mapping[str, OperatorSpec] = field(repr=False)
-    profiles: Mapping[str, ProfileSpec] = field(repr=False)
     models: Mapping[str, ModelConfig] = field(repr=False)
     weight_pins: Mapping[str, WeightPin] = field(repr=False)
     # the hard cases the fixtures must hold (ws1_workload.hardcases)
     hard_cases: Mapping[str, HardCaseSpec] = field(repr=False, default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def operators(self) -> Mapping[str, OperatorSpec]:
+        """Every operator of this process (the spec's, then any a plug-in registered), in chain order."""
+        return _spec.operators()
+
+    @property
+    def profiles(self) -> Mapping[str, ProfileEntry]:
+        """The built-in backend profiles, as the operator spec names them."""
+        return _spec.shipped_table().profiles
 
     @property
     def hard_rows(self) -> Mapping[str, tuple[str, ...]]:
@@ -374,53 +349,6 @@ def _build(doc: dict[str, Any], source: str) -> Manifest:
     if not any(spec.type == "packed" for spec in layouts):
         raise _fail(source, "$.layouts", "no canonical 'packed' layout")
 
-    ops_doc = doc["operators"]
-    if set(ops_doc) != set(CHAIN_NODES):
-        missing, extra = sorted(set(CHAIN_NODES) - set(ops_doc)), sorted(set(ops_doc) - set(CHAIN_NODES))
-        raise _fail(source, "$.operators", f"chain nodes differ: missing {missing}, unknown {extra}")
-    operators = {
-        name: OperatorSpec(
-            name=name,
-            op_class=od["op_class"],
-            differentiable=od["differentiable"],
-            optional=od["optional"],
-            layout_only=od["layout_only"],
-        )
-        for name, od in ops_doc.items()
-    }
-    kernel_nodes = {name for name, op in operators.items() if not op.layout_only}
-
-    profiles: dict[str, ProfileSpec] = {}
-    for pname, pd in doc["profiles"].items():
-        where = f"$.profiles.{pname}"
-        if set(pd["nodes"]) != kernel_nodes:
-            missing = sorted(kernel_nodes - set(pd["nodes"]))
-            extra = sorted(set(pd["nodes"]) - kernel_nodes)
-            raise _fail(
-                source,
-                f"{where}.nodes",
-                f"nodes must be the non-layout-only operators: missing {missing}, unexpected {extra}",
-            )
-        nodes = {}
-        for op, nd in pd["nodes"].items():
-            if nd["candidate_id"] != f"{pname}.{op}":
-                raise _fail(
-                    source,
-                    f"{where}.nodes.{op}",
-                    f"candidate_id {nd['candidate_id']!r} must be '{pname}.{op}'",
-                )
-            if pd["device"] == "cpu" and nd["arch"] is not None:
-                raise _fail(source, f"{where}.nodes.{op}", f"a cpu profile cannot need arch {nd['arch']!r}")
-            if pd["device"] == "cuda" and nd["arch"] is None:
-                raise _fail(source, f"{where}.nodes.{op}", "a cuda profile must name the arch it needs")
-            nodes[op] = NodeSpec(candidate_id=nd["candidate_id"], kernel_id=nd["kernel_id"], arch=nd["arch"])
-        profiles[pname] = ProfileSpec(
-            name=pname,
-            device=pd["device"],
-            nodes=MappingProxyType(nodes),
-            param_grad_rule=pd["param_grad_rule"],
-        )
-
     return Manifest(
         source=source,
         document=MappingProxyType(doc),
@@ -433,8 +361,6 @@ def _build(doc: dict[str, Any], source: str) -> Manifest:
         tiers=TIERS,
         tier_samples=MappingProxyType(tier_samples),
         layouts=tuple(layouts),
-        operators=MappingProxyType(operators),
-        profiles=MappingProxyType(profiles),
         models=MappingProxyType(models),
         weight_pins=MappingProxyType(pins),
         hard_cases=parse_hard_cases(fx["hard_cases"], CHAIN_NODES, source),

@@ -1,5 +1,8 @@
 """Operator adapters: how the harness feeds each chain node and which of its tensors are judged.
 
+Every adapter is read off the operator spec (`manifests/operators.yaml`, `ws1_contract.operators`): no operator
+is described here.
+
 An adapter knows an operator's per-token inputs (row shapes at the tier's model widths), its parameters, its
 non-tensor arguments, and how to call a candidate or the fp32 reference on one physical call. It never
 computes anything the judgment depends on: the candidate's outputs and gradients are its own.
@@ -15,11 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ws1_contract import operators as spec
+from ws1_contract.operators import OperatorSpec
 
 from ws1_workload import ModelConfig
 from ws1_workload.inputs import order_probe_positions
 
 Tensor = torch.Tensor
+_DTYPES: Mapping[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 @dataclass(frozen=True)
@@ -121,106 +127,47 @@ def equalise_order_probe(weight: Tensor) -> None:
     weight[minus] = weight[plus]
 
 
-def build_adapters(model: ModelConfig) -> dict[str, OperatorAdapter]:
-    """The adapters of every differentiable chain node at the widths of `model`."""
-    h, d = model.hidden, model.head_dim
-    hq, hkv, f, v = model.num_heads, model.num_kv_heads, model.intermediate, model.vocab
-    eps, theta = model.rms_eps, model.rope_theta
-    scale = 1.0 / math.sqrt(d)
+def adapter_for(op: OperatorSpec, model: ModelConfig) -> OperatorAdapter:
+    """The adapter of one operator, read off its spec at the widths of `model`: its inputs with their roles and
+    shapes, its parameter with its draw, and its call (inputs and scalars by name, then the layout context)."""
+    w = spec.widths(model)
+    token_inputs = tuple(
+        TokenInput(
+            i.name,
+            tuple(spec.evaluate(d, w) for d in i.shape),
+            kind=i.role,
+            scale=i.scale,
+            differentiable=i.differentiable,
+        )
+        for i in op.token_inputs
+    )
+    params = tuple(
+        ParamInput(
+            i.name,
+            tuple(spec.evaluate(d, w) for d in i.shape),
+            scale=i.scale * (_pow2_scale(w[i.fan_in]) if i.fan_in else 1.0),
+            offset=i.offset,
+            order_probe=i.order_probe,
+        )
+        for i in op.params
+    )
+    scalars = {a: spec.scalar(a, model) for a in op.call if a in spec.shipped_table().scalars}
+    call = op.call
 
-    adapters = [
-        OperatorAdapter(
-            "embedding",
-            (TokenInput("token_ids", (), kind="token_id", differentiable=False),),
-            (ParamInput("weight", (v, h)),),
-            (h,),
-            torch.bfloat16,
-            lambda fn, x, p, ctx: fn(x["token_ids"], p["weight"], ctx),
-        ),
-        OperatorAdapter(
-            "rms_norm",
-            (TokenInput("x", (h,)),),
-            (ParamInput("weight", (h,), scale=0.125, offset=1.0),),
-            (h,),
-            torch.bfloat16,
-            lambda fn, x, p, ctx: fn(x["x"], p["weight"], eps, ctx),
-        ),
-        OperatorAdapter(
-            "qk_norm",
-            (TokenInput("x", (hq, d)),),
-            (ParamInput("weight", (d,), scale=0.125, offset=1.0),),
-            (hq, d),
-            torch.bfloat16,
-            lambda fn, x, p, ctx: fn(x["x"], p["weight"], eps, ctx),
-        ),
-        # down_proj: the widest reduction of the model (K = intermediate), a shape on which cuBLAS is
-        # batch-variant on the H200 (anchors.md).
-        OperatorAdapter(
-            "det_gemm",
-            (TokenInput("x", (f,)),),
-            (ParamInput("weight", (h, f), scale=_pow2_scale(f), order_probe=True),),
-            (h,),
-            torch.bfloat16,
-            lambda fn, x, p, ctx: fn(x["x"], p["weight"], ctx),
-        ),
-        OperatorAdapter(
-            "rope",
-            (TokenInput("x", (hq, d)),),
-            (),
-            (hq, d),
-            torch.bfloat16,
-            lambda fn, x, p, ctx: fn(x["x"], theta, ctx),
-        ),
-        OperatorAdapter(
-            "attention",
-            (TokenInput("q", (hq, d)), TokenInput("k", (hkv, d)), TokenInput("v", (hkv, d))),
-            (),
-            (hq, d),
-            torch.bfloat16,
-            lambda fn, x, p, ctx: fn(x["q"], x["k"], x["v"], scale, ctx),
-        ),
-        OperatorAdapter(
-            "silu",
-            (TokenInput("x", (f,)),),
-            (),
-            (f,),
-            torch.bfloat16,
-            lambda fn, x, p, ctx: fn(x["x"], ctx),
-        ),
-        OperatorAdapter(
-            "swiglu",
-            (TokenInput("gate", (f,)), TokenInput("up", (f,))),
-            (),
-            (f,),
-            torch.bfloat16,
-            lambda fn, x, p, ctx: fn(x["gate"], x["up"], ctx),
-        ),
-        OperatorAdapter(
-            "lm_head",
-            (TokenInput("x", (h,)),),
-            (ParamInput("weight", (v, h), scale=_pow2_scale(h), order_probe=True),),
-            (v,),
-            torch.bfloat16,
-            lambda fn, x, p, ctx: fn(x["x"], p["weight"], ctx),
-        ),
-        OperatorAdapter(
-            "logp",
-            (
-                TokenInput("logits", (v,), scale=4.0),
-                TokenInput("targets", (), kind="target", differentiable=False),
-            ),
-            (),
-            (),
-            torch.float32,
-            lambda fn, x, p, ctx: fn(x["logits"], x["targets"], ctx),
-        ),
-        OperatorAdapter(
-            "linear_logp",
-            (TokenInput("x", (h,)), TokenInput("targets", (), kind="target", differentiable=False)),
-            (ParamInput("weight", (v, h), scale=_pow2_scale(h) * 4),),
-            (),
-            torch.float32,
-            lambda fn, x, p, ctx: fn(x["x"], p["weight"], x["targets"], ctx),
-        ),
-    ]
-    return {a.operator: a for a in adapters}
+    def invoke(fn: Callable[..., Tensor], x: Mapping[str, Tensor], p: Mapping[str, Tensor], ctx: Any) -> Tensor:
+        args = [x[a] if a in x else p[a] if a in p else scalars[a] for a in call]
+        return fn(*args, ctx)
+
+    return OperatorAdapter(
+        op.name,
+        token_inputs,
+        params,
+        tuple(spec.evaluate(d, w) for d in op.output_shape),
+        _DTYPES[op.output_dtype],
+        invoke,
+    )
+
+
+def build_adapters(model: ModelConfig) -> dict[str, OperatorAdapter]:
+    """The adapters of every operator with a candidate (the spec's, and any plug-in operator's)."""
+    return {name: adapter_for(op, model) for name, op in spec.operators().items() if not op.layout_only}

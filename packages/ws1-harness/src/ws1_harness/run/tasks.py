@@ -162,7 +162,7 @@ def execute_task(task: UnitTask) -> list[dict[str, Any]]:
     under_test = CandidateUnderTest(
         candidate_id=cand.candidate_id,
         fn=cand.fn,
-        reference=getattr(reference, task.operator),
+        reference=reference.of(task.operator),
         declared_kernels=cand.all_kernel_ids,
         declared_ops=frozenset(cand.declared_ops),
         param_grad_rule=cand.param_grad_rule,

@@ -121,7 +121,8 @@ def packaged_manifest_path() -> Path:
 
 def load_manifest_info(path: str | Path | None = None) -> ManifestInfo:
     """Read a manifest (None: the packaged one): strict YAML, schema-checked, fingerprinted like ws1_workload."""
-    from ws1_contract import ContractError, sha256_fingerprint, validate_document
+    from ws1_contract import ContractError, validate_document
+    from ws1_contract import operators as spec
 
     p = packaged_manifest_path() if path is None else Path(path)
     source = f"<packaged {PACKAGED_MANIFEST}>" if path is None else str(p)
@@ -141,7 +142,8 @@ def load_manifest_info(path: str | Path | None = None) -> ManifestInfo:
         raise GateReferenceError(f"{source}: a manifest is a mapping at top level")
     try:
         validate_document(doc, "manifest", source)
-        fingerprint = sha256_fingerprint(doc)
+        fingerprint = spec.workload_fingerprint(doc)
+        table = spec.shipped_table()
     except ContractError as exc:
         raise GateReferenceError(str(exc)) from None
     info = ManifestInfo(
@@ -149,14 +151,22 @@ def load_manifest_info(path: str | Path | None = None) -> ManifestInfo:
         workload_id=doc["workload_id"],
         revision=int(doc["revision"]),
         fingerprint=fingerprint,
-        operators=operator_infos({name: dict(spec) for name, spec in doc["operators"].items()}),
+        operators=operator_infos(
+            {
+                name: {
+                    "op_class": op.op_class,
+                    "differentiable": op.differentiable,
+                    "optional": op.optional,
+                    "layout_only": op.layout_only,
+                }
+                for name, op in table.operators.items()
+            }
+        ),
         layouts=tuple(LayoutInfo(d["name"], d["kind"], d["type"]) for d in doc["layouts"]),
         tiers=tuple(doc["fixtures"]["tiers"]),
         full_models=tuple(name for name, m in doc["models"].items() if m.get("scale") == "full"),
-        profiles=tuple(doc.get("profiles", {})),
-        stock_profiles=frozenset(
-            name for name, spec in doc.get("profiles", {}).items() if spec.get("device") == "any"
-        ),
+        profiles=tuple(table.profiles),
+        stock_profiles=frozenset(name for name, p in table.profiles.items() if p.stock),
         model_layers={name: int(m["num_layers"]) for name, m in doc["models"].items()},
     )
     if sum(lay.type == CANONICAL_LAYOUT_TYPE for lay in info.layouts) != 1:

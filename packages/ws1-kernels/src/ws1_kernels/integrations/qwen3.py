@@ -44,8 +44,9 @@ from ..errors import KernelInputError
 #: The pseudo-profile of the fp32 reference drop-in (``ws1_kernels.reference``; weights must be fp32).
 REFERENCE_PROFILE = "fp32_reference"
 
-#: The operators the drop-in calls, in the order a layer first calls them. ``silu`` and ``linear_logp`` are
-#: not on the path: the MLP uses the fused ``swiglu`` (``silu(gate) * up``), the head ``lm_head`` then ``logp``.
+#: The operators the drop-in calls, in the order a layer first calls them: the model's structure, a subset of the
+#: operator spec's (checked at import). ``silu`` and ``linear_logp`` are not on the path: the MLP uses the fused
+#: ``swiglu`` (``silu(gate) * up``), the head ``lm_head`` then ``logp``.
 CHAIN_OPERATORS: tuple[str, ...] = (
     "embedding",
     "rms_norm",
@@ -57,6 +58,9 @@ CHAIN_OPERATORS: tuple[str, ...] = (
     "lm_head",
     "logp",
 )
+
+if not set(CHAIN_OPERATORS) <= set(registry.OPERATORS):
+    raise ImportError(f"qwen3 drop-in: {sorted(set(CHAIN_OPERATORS) - set(registry.OPERATORS))} not in the spec")
 
 #: Ops the drop-in itself dispatches between candidate calls, forward and backward. Each moves or selects data,
 #: except ``aten.add``: the residual add (the inventory item ``residual_add`` of the small elementwise steps, judged there) and autograd's sum
@@ -114,7 +118,7 @@ class Runtime:
     def resolve(cls, profile: str, device: str = "cpu") -> Runtime:
         """Every chain operator's candidate, fail-closed (``CandidateUnavailable`` names the missing one)."""
         if profile == REFERENCE_PROFILE:
-            fns = {op: getattr(reference, op) for op in CHAIN_OPERATORS}
+            fns = {op: reference.of(op) for op in CHAIN_OPERATORS}
             rules = {op: ("autograd_accumulate" if op in registry.PARAM_OPERATORS else None) for op in fns}
             return cls(profile, device, fns, rules)
         cands = {op: registry.resolve(profile, op, device) for op in CHAIN_OPERATORS}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ..backend import OpEntry
 from ..context import LayoutContext, Segment
 from ..launches import record
 from ..op_checks import check_attention
@@ -164,3 +165,46 @@ def attention(
     """Causal GQA attention per sample; keys are ``kv_prefix[s]`` then the call's own rows of s."""
     scale = check_attention("portable_cpu.attention", q, k, v, scale, ctx, torch.bfloat16)
     return _Attention.apply(q, k, v, scale, ctx)
+
+
+# The aten ops each candidate may dispatch, forward and backward, recorded over every layout type
+# (tests/ws1_kernels/test_registry.py re-records them): anything else is a fallback the harness must see.
+_DECLARED_ATTENTION = frozenset(
+    {
+        "aten._to_copy",
+        "aten.add",
+        "aten.add_",
+        "aten.alias",
+        "aten.amax",
+        "aten.arange",
+        "aten.bitwise_and",
+        "aten.bitwise_not",
+        "aten.bmm",
+        "aten.cat",
+        "aten.clone",
+        "aten.copy_",
+        "aten.detach",
+        "aten.div",
+        "aten.exp",
+        "aten.expand",
+        "aten.full",
+        "aten.le",
+        "aten.log",
+        "aten.lt",
+        "aten.masked_fill",
+        "aten.maximum",
+        "aten.mul",
+        "aten.slice",
+        "aten.squeeze",
+        "aten.sub",
+        "aten.transpose",
+        "aten.unsqueeze",
+        "aten.view",
+        "aten.zeros",
+        "aten.zeros_like",
+    }
+)
+
+OPS: dict[str, OpEntry] = {
+    "attention": OpEntry(attention, KERNEL, _DECLARED_ATTENTION),
+}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ..backend import OpEntry
 from .. import _validate as v
 from ..context import LayoutContext
 from ..launches import record
@@ -66,3 +67,36 @@ def embedding(token_ids: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext)
     ctx.check_rows(where, token_ids.shape[0])
     check_main_grad(where, weight)
     return _Embedding.apply(token_ids, weight, ctx)
+
+
+# The aten ops each candidate may dispatch, forward and backward, recorded over every layout type
+# (tests/ws1_kernels/test_registry.py re-records them): anything else is a fallback the harness must see.
+_DECLARED_EMBEDDING = frozenset(
+    {
+        "aten._local_scalar_dense",
+        "aten._to_copy",
+        "aten.add",
+        "aten.aminmax",
+        "aten.arange",
+        "aten.copy_",
+        "aten.cummax",
+        "aten.eq",
+        "aten.index",
+        "aten.index_put_",
+        "aten.index_select",
+        "aten.lift_fresh",
+        "aten.max",
+        "aten.ne",
+        "aten.ones",
+        "aten.scalar_tensor",
+        "aten.slice",
+        "aten.sort",
+        "aten.sub",
+        "aten.where",
+        "aten.zeros",
+    }
+)
+
+OPS: dict[str, OpEntry] = {
+    "embedding": OpEntry(embedding, KERNEL, _DECLARED_EMBEDDING),
+}

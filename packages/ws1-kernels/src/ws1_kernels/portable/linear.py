@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..backend import OpEntry
 from .. import _validate as v
 from ..context import LayoutContext
 from ..launches import record
@@ -117,3 +118,58 @@ def det_gemm(x: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext) -> torch
 def lm_head(x: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:
     """Logits ``[T,H] x [V,H]^T -> [T,V]``, bf16 in and out, fp32 accumulation."""
     return _linear("portable_cpu.lm_head", LM_HEAD_KERNEL, x, weight, ctx)
+
+
+# The aten ops each candidate may dispatch, forward and backward, recorded over every layout type
+# (tests/ws1_kernels/test_registry.py re-records them): anything else is a fallback the harness must see.
+_DECLARED_DET_GEMM = frozenset(
+    {
+        "aten._to_copy",
+        "aten.addmm_",
+        "aten.alias",
+        "aten.cat",
+        "aten.clone",
+        "aten.copy_",
+        "aten.detach",
+        "aten.empty",
+        "aten.equal",
+        "aten.index",
+        "aten.lift_fresh",
+        "aten.mm",
+        "aten.new_zeros",
+        "aten.select",
+        "aten.slice",
+        "aten.t",
+        "aten.transpose",
+        "aten.view",
+        "aten.zeros",
+    }
+)
+_DECLARED_LM_HEAD = frozenset(
+    {
+        "aten._to_copy",
+        "aten.addmm_",
+        "aten.alias",
+        "aten.cat",
+        "aten.clone",
+        "aten.copy_",
+        "aten.detach",
+        "aten.empty",
+        "aten.equal",
+        "aten.index",
+        "aten.lift_fresh",
+        "aten.mm",
+        "aten.new_zeros",
+        "aten.select",
+        "aten.slice",
+        "aten.t",
+        "aten.transpose",
+        "aten.view",
+        "aten.zeros",
+    }
+)
+
+OPS: dict[str, OpEntry] = {
+    "det_gemm": OpEntry(det_gemm, DET_GEMM_KERNEL, _DECLARED_DET_GEMM),
+    "lm_head": OpEntry(lm_head, LM_HEAD_KERNEL, _DECLARED_LM_HEAD),
+}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ..backend import OpEntry
 from .. import _validate as v
 from ..context import LayoutContext
 from ..launches import record
@@ -142,3 +143,86 @@ def linear_logp(
     check_targets(where, targets, weight.shape[0], x.shape[0])
     check_main_grad(where, weight)
     return _LinearLogp.apply(x, weight, targets, ctx)
+
+
+# The aten ops each candidate may dispatch, forward and backward, recorded over every layout type
+# (tests/ws1_kernels/test_registry.py re-records them): anything else is a fallback the harness must see.
+_DECLARED_LOGP = frozenset(
+    {
+        "aten._local_scalar_dense",
+        "aten._to_copy",
+        "aten.add",
+        "aten.alias",
+        "aten.amax",
+        "aten.aminmax",
+        "aten.bitwise_and",
+        "aten.cat",
+        "aten.copy_",
+        "aten.detach",
+        "aten.empty_like",
+        "aten.exp",
+        "aten.full",
+        "aten.gather",
+        "aten.ge",
+        "aten.index",
+        "aten.index_put_",
+        "aten.log",
+        "aten.lt",
+        "aten.maximum",
+        "aten.mul",
+        "aten.neg",
+        "aten.new_zeros",
+        "aten.nonzero",
+        "aten.slice",
+        "aten.squeeze",
+        "aten.sub",
+        "aten.unsqueeze",
+        "aten.zeros",
+    }
+)
+_DECLARED_LINEAR_LOGP = frozenset(
+    {
+        "aten._local_scalar_dense",
+        "aten._to_copy",
+        "aten.add",
+        "aten.addmm_",
+        "aten.amax",
+        "aten.aminmax",
+        "aten.bitwise_and",
+        "aten.cat",
+        "aten.clone",
+        "aten.copy_",
+        "aten.detach",
+        "aten.empty",
+        "aten.equal",
+        "aten.exp",
+        "aten.full",
+        "aten.ge",
+        "aten.index",
+        "aten.index_put_",
+        "aten.lift_fresh",
+        "aten.log",
+        "aten.lt",
+        "aten.maximum",
+        "aten.mm",
+        "aten.mul",
+        "aten.neg",
+        "aten.new_zeros",
+        "aten.nonzero",
+        "aten.select",
+        "aten.slice",
+        "aten.squeeze",
+        "aten.sub",
+        "aten.t",
+        "aten.transpose",
+        "aten.unsqueeze",
+        "aten.view",
+        "aten.zeros",
+        "aten.zeros_like",
+    }
+)
+
+OPS: dict[str, OpEntry] = {
+    "logp": OpEntry(logp, LOGP_KERNEL, _DECLARED_LOGP),
+    "linear_logp": OpEntry(linear_logp, LINEAR_LOGP_KERNEL, _DECLARED_LINEAR_LOGP),
+}

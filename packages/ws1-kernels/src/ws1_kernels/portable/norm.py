@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..backend import OpEntry
 from .. import _validate as v
 from ..context import LayoutContext
 from ..launches import record
@@ -76,3 +77,58 @@ def qk_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, ctx: LayoutContex
     ctx.check_rows(where, x.shape[0])
     check_main_grad(where, weight)
     return _RMSNorm.apply(x, weight, eps, ctx, QK_KERNEL)
+
+
+# The aten ops each candidate may dispatch, forward and backward, recorded over every layout type
+# (tests/ws1_kernels/test_registry.py re-records them): anything else is a fallback the harness must see.
+_DECLARED_RMS_NORM = frozenset(
+    {
+        "aten._to_copy",
+        "aten.add",
+        "aten.add_",
+        "aten.cat",
+        "aten.detach",
+        "aten.div",
+        "aten.index",
+        "aten.lift_fresh",
+        "aten.mul",
+        "aten.new_zeros",
+        "aten.reciprocal",
+        "aten.select",
+        "aten.slice",
+        "aten.sqrt",
+        "aten.squeeze",
+        "aten.sub",
+        "aten.unsqueeze",
+        "aten.view",
+        "aten.zeros",
+    }
+)
+_DECLARED_QK_NORM = frozenset(
+    {
+        "aten._to_copy",
+        "aten.add",
+        "aten.add_",
+        "aten.cat",
+        "aten.detach",
+        "aten.div",
+        "aten.index",
+        "aten.lift_fresh",
+        "aten.mul",
+        "aten.new_zeros",
+        "aten.reciprocal",
+        "aten.select",
+        "aten.slice",
+        "aten.sqrt",
+        "aten.squeeze",
+        "aten.sub",
+        "aten.unsqueeze",
+        "aten.view",
+        "aten.zeros",
+    }
+)
+
+OPS: dict[str, OpEntry] = {
+    "rms_norm": OpEntry(rms_norm, RMS_KERNEL, _DECLARED_RMS_NORM),
+    "qk_norm": OpEntry(qk_norm, QK_KERNEL, _DECLARED_QK_NORM),
+}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..backend import OpEntry
 from .. import _validate as v
 from ..context import LayoutContext
 from ..launches import record
@@ -101,3 +102,56 @@ def rope(x: torch.Tensor, theta: float, ctx: LayoutContext) -> torch.Tensor:
     """Rotary embedding (HF rotate_half) at ``ctx.positions``: ``[T,Nh,D] -> [T,Nh,D]``."""
     theta = check_rope("portable_cpu.rope", x, theta, ctx, torch.bfloat16)
     return _Rope.apply(x, theta, ctx.on(x.device)[1])
+
+
+# The aten ops each candidate may dispatch, forward and backward, recorded over every layout type
+# (tests/ws1_kernels/test_registry.py re-records them): anything else is a fallback the harness must see.
+_DECLARED_SILU = frozenset(
+    {
+        "aten._to_copy",
+        "aten.add",
+        "aten.detach",
+        "aten.exp",
+        "aten.mul",
+        "aten.neg",
+        "aten.reciprocal",
+        "aten.rsub",
+    }
+)
+_DECLARED_SWIGLU = frozenset(
+    {
+        "aten._to_copy",
+        "aten.add",
+        "aten.detach",
+        "aten.exp",
+        "aten.mul",
+        "aten.neg",
+        "aten.reciprocal",
+        "aten.rsub",
+    }
+)
+_DECLARED_ROPE = frozenset(
+    {
+        "aten._to_copy",
+        "aten.add",
+        "aten.arange",
+        "aten.cat",
+        "aten.clamp",
+        "aten.cos",
+        "aten.detach",
+        "aten.div",
+        "aten.mul",
+        "aten.neg",
+        "aten.pow",
+        "aten.reciprocal",
+        "aten.sin",
+        "aten.slice",
+        "aten.unsqueeze",
+    }
+)
+
+OPS: dict[str, OpEntry] = {
+    "silu": OpEntry(silu, SILU_KERNEL, _DECLARED_SILU),
+    "swiglu": OpEntry(swiglu, SWIGLU_KERNEL, _DECLARED_SWIGLU),
+    "rope": OpEntry(rope, ROPE_KERNEL, _DECLARED_ROPE),
+}

@@ -3,13 +3,13 @@
 One module per operator family; each holds its ``@triton.jit`` kernels, its ``torch.autograd.Function`` and the
 public entry points, and exports for every operator it implements::
 
-    OPS[operator] = OpSpec(fn, kernels, declared_ops, forward)
+    OPS[operator] = triton_op(fn, kernels, declared_ops, forward)   # an ws1_kernels.backend.OpEntry
 
-``forward`` is the kernel the forward launches, the candidate's primary id (what the manifest's profile table
-names, as ``triton:<forward>``); ``kernels`` are the Triton kernel names the operator may launch (forward and backward), recorded at the launch
-site as ``triton:<name>`` (``_launch.launch``) and seen again by the harness through Triton's own launch hook;
+``forward`` is the kernel the forward launches, the candidate's primary id (``triton:<forward>``); ``kernels``
+are the Triton kernel names the operator may launch (forward and backward), recorded at the launch site as
+``triton:<name>`` (``_launch.launch``) and seen again by the harness through Triton's own launch hook;
 ``declared_ops`` are the aten overload packets the entry point may dispatch around its launches (allocation,
-the host-to-device copy of the layout ids).
+the host-to-device copy of the layout ids). ``BACKEND`` collects every module's ``OPS``.
 
 Rules every kernel here follows (docs/kernels.md): each output element's reduction order depends only on the
 reduced length; no split-K, no batch-dependent split-KV, no atomics on reduced values, no runtime autotuner
@@ -19,51 +19,29 @@ reduced length; no split-K, no batch-dependent split-KV, no atomics on reduced v
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from ..backend import Backend, OpEntry, collect_ops
 
 PROFILE = "triton_cuda_bf16"
 MIN_ARCH = "sm80"
 
-# operator -> module of this package that implements it
-MODULES: dict[str, str] = {
-    "det_gemm": "gemm",
-    "lm_head": "gemm",
-    "logp": "logprob",
-    "linear_logp": "logprob",
-    "rms_norm": "norm",
-    "qk_norm": "norm",
-    "rope": "pointwise",
-    "silu": "pointwise",
-    "swiglu": "pointwise",
-    "embedding": "embedding",
-    "attention": "attention",
-}
 
-
-@dataclass(frozen=True)
-class OpSpec:
-    """What the registry needs of one Triton operator."""
-
-    fn: Callable[..., Any]
-    kernels: frozenset[str]
-    declared_ops: frozenset[str]
-    forward: str
-
-    def __post_init__(self) -> None:
-        if self.forward not in self.kernels:
-            raise ValueError(f"OpSpec: forward kernel {self.forward!r} is not among {sorted(self.kernels)}")
-
-    @property
-    def kernel_id(self) -> str:
-        """The primary id: the forward kernel, as launch sites and the launch hook name it."""
-        return f"triton:{self.forward}"
-
-    @property
-    def kernel_ids(self) -> frozenset[str]:
-        return frozenset(f"triton:{k}" for k in self.kernels)
+def triton_op(
+    fn: Callable[..., Any], kernels: frozenset[str], declared_ops: frozenset[str], forward: str
+) -> OpEntry:
+    """The entry of one Triton operator: its primary id is the forward kernel, as launch sites and the launch
+    hook name it; every kernel it may launch is ``triton:<name>``."""
+    if forward not in kernels:
+        raise ValueError(f"triton_op: forward kernel {forward!r} is not among {sorted(kernels)}")
+    return OpEntry(
+        fn=fn,
+        kernel_id=f"triton:{forward}",
+        declared_ops=declared_ops,
+        kernel_ids=frozenset(f"triton:{k}" for k in kernels),
+    )
 
 
 def triton_missing() -> str | None:
@@ -75,25 +53,15 @@ def triton_missing() -> str | None:
     return None
 
 
-def load_ops() -> tuple[dict[str, OpSpec], dict[str, str]]:
-    """Import every operator module; return (operator -> OpSpec, operator -> why it is missing)."""
-    found: dict[str, OpSpec] = {}
-    missing: dict[str, str] = {}
-    why_no_triton = triton_missing()
-    for op, module in MODULES.items():
-        if why_no_triton is not None:
-            missing[op] = why_no_triton
-            continue
-        try:
-            mod = importlib.import_module(f"{__name__}.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"{__name__}.{module}":
-                missing[op] = f"module triton_ops.{module} not written yet"
-                continue
-            raise
-        spec = getattr(mod, "OPS", {}).get(op)
-        if spec is None:
-            missing[op] = f"triton_ops.{module} has no OPS[{op!r}]"
-        else:
-            found[op] = spec
-    return found, missing
+def _load() -> tuple[Mapping[str, OpEntry], str | None]:
+    why = triton_missing()
+    if why is not None:
+        return {}, why
+    found, broken = collect_ops(sys.modules[__name__])
+    if broken:  # Triton imports, so a module that does not is a bug to see, never a silently missing operator
+        name, reason = next(iter(broken.items()))
+        raise ImportError(f"{name}: {reason}")
+    return found, None
+
+
+BACKEND = Backend(device="cuda", min_arch=MIN_ARCH, param_grad_rule="sample_blocks_main_grad", load=_load)

@@ -45,7 +45,8 @@ from .. import _validate as _v
 from ..context import LayoutContext, Segment
 from ..errors import KernelInputError
 from ..op_checks import check_attention
-from . import OpSpec
+from ..backend import OpEntry
+from . import triton_op
 from ._launch import check_contiguous, check_device, launch
 
 __all__ = ["OPS", "Tiles", "attention", "attention_forward", "tiles_for"]
@@ -701,8 +702,8 @@ def _varlen_forward(q, k, v, scale, cu_seqlens, tiles: Tiles | None = None, allo
     return _forward(q, k, v, scale, plan, tiles)[0]
 
 
-OPS: dict[str, OpSpec] = {
-    "attention": OpSpec(
+OPS: dict[str, OpEntry] = {
+    "attention": triton_op(
         fn=attention,
         kernels=frozenset({"_attn_fwd", "_attn_bwd_delta", "_attn_bwd_dq", "_attn_bwd_dkv"}),
         forward="_attn_fwd",

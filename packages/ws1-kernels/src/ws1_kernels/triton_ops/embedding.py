@@ -25,7 +25,8 @@ import triton.language as tl
 from .. import _validate as v
 from ..context import LayoutContext
 from ..main_grad import check_main_grad, main_grad_of
-from . import OpSpec
+from ..backend import OpEntry
+from . import triton_op
 from ._launch import check_contiguous, check_device, launch
 from ._memops import COMPILE, float_dtype
 from ._row_tables import logical_rows
@@ -157,4 +158,4 @@ _DECLARED = frozenset(
         "aten.clone",
     }
 )
-OPS: dict[str, OpSpec] = {"embedding": OpSpec(embedding, _KERNELS, _DECLARED, "ws1_embedding_gather")}
+OPS: dict[str, OpEntry] = {"embedding": triton_op(embedding, _KERNELS, _DECLARED, "ws1_embedding_gather")}

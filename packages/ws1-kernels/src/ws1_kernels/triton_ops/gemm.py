@@ -34,7 +34,8 @@ from .. import _validate as v
 from ..context import LayoutContext, Segment
 from ..errors import KernelInputError
 from ..main_grad import WGRAD_BLOCK, check_main_grad, main_grad_of
-from . import OpSpec
+from ..backend import OpEntry
+from . import triton_op
 from ._launch import check_contiguous, check_device, launch
 
 __all__ = [
@@ -705,7 +706,7 @@ def lm_head(x: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext) -> torch.
 # the host, copied to the device), a non-contiguous incoming gradient, a main_grad created lazily
 DECLARED_OPS = frozenset({"aten.empty", "aten.lift_fresh", "aten._to_copy", "aten.clone", "aten.zeros"})
 
-OPS: dict[str, OpSpec] = {
-    "det_gemm": OpSpec(det_gemm, KERNELS, DECLARED_OPS, "ws1_gemm_fixed_k"),
-    "lm_head": OpSpec(lm_head, KERNELS, DECLARED_OPS, "ws1_gemm_fixed_k"),
+OPS: dict[str, OpEntry] = {
+    "det_gemm": triton_op(det_gemm, KERNELS, DECLARED_OPS, "ws1_gemm_fixed_k"),
+    "lm_head": triton_op(lm_head, KERNELS, DECLARED_OPS, "ws1_gemm_fixed_k"),
 }

@@ -51,7 +51,8 @@ from .. import _validate as v
 from ..context import LayoutContext, Segment
 from ..errors import KernelInputError
 from ..main_grad import WGRAD_BLOCK, check_main_grad, main_grad_of
-from . import OpSpec
+from ..backend import OpEntry
+from . import triton_op
 from ._launch import check_contiguous, check_device, launch
 
 __all__ = [
@@ -908,7 +909,7 @@ LINEAR_LOGP_DECLARED_OPS = frozenset(
     }
 )
 
-OPS: dict[str, OpSpec] = {
-    "logp": OpSpec(logp, LOGP_KERNELS, LOGP_DECLARED_OPS, "ws1_logp_fwd"),
-    "linear_logp": OpSpec(linear_logp, LINEAR_LOGP_KERNELS, LINEAR_LOGP_DECLARED_OPS, "ws1_linear_logp_fwd"),
+OPS: dict[str, OpEntry] = {
+    "logp": triton_op(logp, LOGP_KERNELS, LOGP_DECLARED_OPS, "ws1_logp_fwd"),
+    "linear_logp": triton_op(linear_logp, LINEAR_LOGP_KERNELS, LINEAR_LOGP_DECLARED_OPS, "ws1_linear_logp_fwd"),
 }

@@ -26,7 +26,8 @@ from .. import _validate as v
 from ..context import LayoutContext
 from ..errors import KernelInputError
 from ..main_grad import WGRAD_BLOCK, check_main_grad, main_grad_of
-from . import OpSpec
+from ..backend import OpEntry
+from . import triton_op
 from ._launch import check_contiguous, check_device, interpreting, launch
 from ._memops import COMPILE, float_dtype, row_warps
 from ._row_tables import block_table
@@ -303,7 +304,7 @@ _DECLARED = frozenset(
         "aten.detach",  # autograd's bookkeeping on CUDA (seen on the H200, not on the CPU interpreter)
     }
 )
-OPS: dict[str, OpSpec] = {
-    "rms_norm": OpSpec(rms_norm, _KERNELS, _DECLARED, "ws1_norm_fwd"),
-    "qk_norm": OpSpec(qk_norm, _KERNELS, _DECLARED, "ws1_norm_fwd"),
+OPS: dict[str, OpEntry] = {
+    "rms_norm": triton_op(rms_norm, _KERNELS, _DECLARED, "ws1_norm_fwd"),
+    "qk_norm": triton_op(qk_norm, _KERNELS, _DECLARED, "ws1_norm_fwd"),
 }

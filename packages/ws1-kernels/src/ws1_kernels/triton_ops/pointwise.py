@@ -41,7 +41,8 @@ from .. import _validate as v
 from ..context import LayoutContext
 from ..errors import KernelInputError
 from ..op_checks import check_rope
-from . import OpSpec
+from ..backend import OpEntry
+from . import triton_op
 from ._launch import check_contiguous, check_device, launch
 from ._memops import COMPILE, float_dtype, precise, row_warps
 
@@ -424,8 +425,8 @@ _EW_OPS = frozenset({"aten.empty", "aten.empty_like", "aten.clone", "aten.detach
 _ROPE_OPS = _EW_OPS | frozenset(
     {"aten.arange", "aten.mul", "aten.div", "aten.pow", "aten.reciprocal", "aten._to_copy"}
 )
-OPS: dict[str, OpSpec] = {
-    "silu": OpSpec(silu, frozenset({"ws1_silu_fwd", "ws1_silu_bwd"}), _EW_OPS, "ws1_silu_fwd"),
-    "swiglu": OpSpec(swiglu, frozenset({"ws1_swiglu_fwd", "ws1_swiglu_bwd"}), _EW_OPS, "ws1_swiglu_fwd"),
-    "rope": OpSpec(rope, frozenset({"ws1_rope_angles", "ws1_rope_rotate"}), _ROPE_OPS, "ws1_rope_rotate"),
+OPS: dict[str, OpEntry] = {
+    "silu": triton_op(silu, frozenset({"ws1_silu_fwd", "ws1_silu_bwd"}), _EW_OPS, "ws1_silu_fwd"),
+    "swiglu": triton_op(swiglu, frozenset({"ws1_swiglu_fwd", "ws1_swiglu_bwd"}), _EW_OPS, "ws1_swiglu_fwd"),
+    "rope": triton_op(rope, frozenset({"ws1_rope_angles", "ws1_rope_rotate"}), _ROPE_OPS, "ws1_rope_rotate"),
 }

@@ -181,9 +181,14 @@ def make_plan(opts: Options) -> Plan:
     if opts.ms and min(opts.ms) < 1:
         raise _fail(f"--m must be >= 1, got {min(opts.ms)}")
     table = S.op_shapes(model, opts.attn_seq)
-    unknown = [op for op in (opts.ops or ()) if op not in S.BENCH_OPS + ST.STEP_OPS]
+    # an operator is benched when the spec gives it shapes and cases.py its stock peer and work formula
+    benched = tuple(op for op in S.bench_ops() if op in C.CASES)
+    no_case = [op for op in (opts.ops or ()) if op in S.bench_ops() and op not in C.CASES]
+    if no_case:
+        raise _fail(f"operator {no_case[0]!r} has bench shapes but no bench case (its peer, in run/bench/cases.py)")
+    unknown = [op for op in (opts.ops or ()) if op not in benched + ST.STEP_OPS]
     if unknown:
-        raise _fail(f"unknown operator {unknown[0]!r} (known: {', '.join(S.BENCH_OPS + ST.STEP_OPS)})")
+        raise _fail(f"unknown operator {unknown[0]!r} (known: {', '.join(benched + ST.STEP_OPS)})")
     names = S.all_shape_names(table)
     bad_shape = [s for s in (opts.shapes or ()) if s not in names]
     if bad_shape:
@@ -195,7 +200,7 @@ def make_plan(opts: Options) -> Plan:
     )
     if step_ops:
         ST.check_runnable()
-    ops = tuple(op for op in opts.ops if op not in ST.STEP_OPS) if opts.ops else S.BENCH_OPS
+    ops = tuple(op for op in opts.ops if op not in ST.STEP_OPS) if opts.ops else benched
     if step_ops and not ops and (opts.shapes or opts.ms):
         flag = "--shape" if opts.shapes else "--m"
         raise _fail(

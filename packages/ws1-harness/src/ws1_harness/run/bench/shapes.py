@@ -1,7 +1,8 @@
 """What `ws1 bench` measures: the benchmark points (operator, shape, M) at a model's widths.
 
-Widths come from the workload manifest's model config (`qwen3-8b` by default, `tiny` for quick CPU runs), so the
-benchmark and the gate measure the same layer shapes. M is the number of physical rows (tokens) of one call.
+The shapes are the operator spec's `bench:` entries (`manifests/operators.yaml`), evaluated at the workload
+manifest's model widths (`qwen3-8b` by default, `tiny` for quick CPU runs), so the benchmark and the gate measure
+the same layer shapes. M is the number of physical rows (tokens) of one call.
 Attention packs M tokens as samples of `attn_seq` tokens (M <= attn_seq: one sample of M), the B x S packing of
 an RL micro-batch.
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from ws1_contract import operators as spec
 
 # M of one call: decode (1), small and medium batches, a prefill/training micro-batch, and a large packed batch.
 DEFAULT_M: tuple[int, ...] = (1, 16, 64, 512, 4096, 16384)
@@ -21,23 +24,24 @@ DEFAULT_ATTN_SEQ = 1024
 DEFAULT_DECODE_M: tuple[int, ...] = (1, 64, 256)
 DECODE_CACHE = 4096
 
-# Operators the bench knows, in report order (the layout-only `pack` has no candidate and is never benched).
-BENCH_OPS: tuple[str, ...] = (
-    "det_gemm",
-    "lm_head",
-    "logp",
-    "linear_logp",
-    "rms_norm",
-    "qk_norm",
-    "rope",
-    "silu",
-    "swiglu",
-    "embedding",
-    "attention",
-    "attention_decode",
-)
+# A mode of an operator the bench times on its own (its shapes are below, not in the spec): decode attention.
+MODES: Mapping[str, str] = {"attention_decode": "attention"}
+
+
+def bench_ops() -> tuple[str, ...]:
+    """Every bench op in report order: each spec operator with bench shapes (chain order), each mode after its
+    operator. The layout-only `pack` has none."""
+    out: list[str] = []
+    for name, op in spec.operators().items():
+        if op.bench:
+            out.append(name)
+            out.extend(mode for mode, of in MODES.items() if of == name)
+    return tuple(out)
+
+
+BENCH_OPS: tuple[str, ...] = bench_ops()
 # A bench op that times another operator's candidate in another mode: the registry and manifest name.
-OPERATOR_OF: Mapping[str, str] = {"attention_decode": "attention"}
+OPERATOR_OF: Mapping[str, str] = MODES
 
 
 def operator_of(op: str) -> str:
@@ -68,36 +72,26 @@ class Point:
 def op_shapes(
     model: object, attn_seq: int = DEFAULT_ATTN_SEQ
 ) -> dict[str, dict[str, dict[str, int | float]]]:
-    """op -> shape name -> dims, from a `ws1_workload.ModelConfig` (duck-typed: only its width fields)."""
-    hidden = int(model.hidden)  # type: ignore[attr-defined]
-    heads = int(model.num_heads)  # type: ignore[attr-defined]
-    kv = int(model.num_kv_heads)  # type: ignore[attr-defined]
-    hd = int(model.head_dim)  # type: ignore[attr-defined]
-    inter = int(model.intermediate)  # type: ignore[attr-defined]
-    vocab = int(model.vocab)  # type: ignore[attr-defined]
-    eps = float(model.rms_eps)  # type: ignore[attr-defined]
-    theta = float(model.rope_theta)  # type: ignore[attr-defined]
-    return {
-        # The four projections of a decoder layer, all through det_gemm (K = input width, N = output width).
-        "det_gemm": {
-            "qkv": {"K": hidden, "N": (heads + 2 * kv) * hd},
-            "o": {"K": heads * hd, "N": hidden},
-            "gate_up": {"K": hidden, "N": 2 * inter},
-            "down": {"K": inter, "N": hidden},
-        },
-        "lm_head": {"lm_head": {"K": hidden, "N": vocab}},
-        "logp": {"vocab": {"V": vocab}},
-        "linear_logp": {"vocab": {"H": hidden, "V": vocab}},
-        "rms_norm": {"hidden": {"H": hidden, "eps": eps}},
-        "qk_norm": {"q_heads": {"Nh": heads, "D": hd, "eps": eps}},
-        "rope": {"q_heads": {"Nh": heads, "D": hd, "theta": theta}},
-        "silu": {"intermediate": {"F": inter}},
-        "swiglu": {"intermediate": {"F": inter}},
-        "embedding": {"vocab": {"V": vocab, "H": hidden}},
-        "attention": {"gqa": {"Hq": heads, "Hkv": kv, "D": hd, "S": attn_seq}},
-        # S = 1: every sample holds one query row (the new token) at position C, after C cached keys
-        "attention_decode": {"gqa_cache": {"Hq": heads, "Hkv": kv, "D": hd, "S": 1, "C": DECODE_CACHE}},
-    }
+    """op -> shape name -> dims, from a `ws1_workload.ModelConfig` (duck-typed: only its width fields).
+
+    Each spec operator's bench dims, evaluated at the model's widths, plus the call scalars the case needs (eps,
+    theta); attention's samples are `attn_seq` tokens long (S); decode attention is one query per sample (S = 1)
+    after a cache of C keys."""
+    table = spec.shipped_table()
+    widths = spec.widths(model)
+    out: dict[str, dict[str, dict[str, int | float]]] = {}
+    for name, op in spec.operators().items():
+        scalars = {a: spec.scalar(a, model) for a in op.call if a in table.scalars and a != "scale"}
+        for shape, dims in op.bench.items():
+            d: dict[str, int | float] = {k: spec.evaluate(v, widths) for k, v in dims.items()}
+            out.setdefault(name, {})[shape] = {**d, **scalars}
+    if "attention" in out:
+        for dims in out["attention"].values():
+            dims["S"] = attn_seq
+        out["attention_decode"] = {
+            f"{shape}_cache": {**dims, "S": 1, "C": DECODE_CACHE} for shape, dims in out["attention"].items()
+        }
+    return out
 
 
 def all_shape_names(shapes: Mapping[str, Mapping[str, object]]) -> tuple[str, ...]:
