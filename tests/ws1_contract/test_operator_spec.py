@@ -10,6 +10,7 @@ import copy
 from typing import Any
 
 import pytest
+
 from ws1_contract import ContractError
 from ws1_contract import operators as spec
 
@@ -48,7 +49,9 @@ def test_a_parameter_draw_is_read_from_the_spec() -> None:
         (lambda d: d["operators"]["pack"].update(call=["x"]), "layout-only"),
         (lambda d: d["operators"]["swiglu"]["inputs"][1].update(name="gate"), "share a name"),
         (
-            lambda d: d["operators"]["det_gemm"]["inputs"].append({"name": "w2", "role": "param", "shape": ["H"]}),
+            lambda d: d["operators"]["det_gemm"]["inputs"].append(
+                {"name": "w2", "role": "param", "shape": ["H"]}
+            ),
             "at most one parameter",
         ),
         (lambda d: d["operators"]["silu"].update(flavour="x"), "unknown key 'flavour'"),

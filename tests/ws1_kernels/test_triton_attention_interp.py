@@ -28,7 +28,7 @@ import triton.language as tl  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes  # noqa: E402
 
 from ws1_kernels import KernelInputError, LayoutContext, launches, reference  # noqa: E402
-from ws1_kernels.triton_ops import _launch, load_ops  # noqa: E402
+from ws1_kernels.triton_ops import _launch  # noqa: E402
 from ws1_kernels.triton_ops import attention as att  # noqa: E402
 
 pytestmark = [
@@ -256,7 +256,7 @@ def test_negative_control_key_block_changes_bits() -> None:
 
 
 def test_launch_log_and_declared_ops(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Kernels launched = the OpSpec's kernels; aten ops dispatched around the launches (the interpreter's own
+    """Kernels launched = the OpEntry's kernels; aten ops dispatched around the launches (the interpreter's own
     host copies inside a launch are not the candidate's) stay inside the declared set."""
 
     class Ops(TorchDispatchMode):
@@ -268,8 +268,7 @@ def test_launch_log_and_declared_ops(monkeypatch: pytest.MonkeyPatch) -> None:
             self.ops.add(str(func.overloadpacket))
             return func(*args, **(kwargs or {}))
 
-    found, _missing = load_ops()
-    spec = found["attention"]
+    spec = att.OPS["attention"]
     real_launch = att.launch
 
     def launch_unwatched(*args, **kwargs):

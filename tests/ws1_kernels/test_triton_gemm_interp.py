@@ -26,7 +26,7 @@ from triton.runtime import interpreter as interp  # noqa: E402
 
 from ws1_kernels import KernelInputError, LayoutContext, launches, reference  # noqa: E402
 from ws1_kernels.portable._blocks import wgrad_index  # noqa: E402
-from ws1_kernels.triton_ops import _launch, load_ops  # noqa: E402
+from ws1_kernels.triton_ops import BACKEND, _launch  # noqa: E402
 from ws1_kernels.triton_ops import gemm as g  # noqa: E402
 
 pytestmark = [
@@ -352,9 +352,9 @@ class _Ops(TorchDispatchMode):
 
 
 def test_registered_ops_declare_what_they_launch_and_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Kernels launched = the OpSpec's kernels; aten ops dispatched around the launches (the interpreter's own
+    """Kernels launched = the OpEntry's kernels; aten ops dispatched around the launches (the interpreter's own
     host copies inside a launch are not the candidate's and are not watched) = declared ones."""
-    found, _missing = load_ops()
+    found, _why = BACKEND.load()
     assert {"det_gemm", "lm_head"} <= set(found)
     spec = found["det_gemm"]
     real_launch = g.launch

@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from ws1_kernels import KernelInputError, LayoutContext, launches, reference  # noqa: E402
 from ws1_kernels.portable._blocks import wgrad_index  # noqa: E402
-from ws1_kernels.triton_ops import _launch, load_ops  # noqa: E402
+from ws1_kernels.triton_ops import BACKEND, _launch  # noqa: E402
 from ws1_kernels.triton_ops import logprob as lp  # noqa: E402
 
 pytestmark = [
@@ -341,9 +341,9 @@ class _Ops(TorchDispatchMode):
 def test_registered_ops_declare_what_they_launch_and_dispatch(
     op: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Kernels launched = the OpSpec's kernels; aten ops dispatched around the launches = declared ones (the
+    """Kernels launched = the OpEntry's kernels; aten ops dispatched around the launches = declared ones (the
     interpreter's own host copies inside a launch are not the candidate's and are not watched)."""
-    found, _missing = load_ops()
+    found, _why = BACKEND.load()
     spec = found[op]
     real_launch = lp.launch
 

@@ -159,7 +159,7 @@ INTERPRETER_OPS = frozenset({"aten.new_empty", "aten.set_", "aten.copy_", "aten.
 
 
 def check_declared(spec, run: Callable[[], None], phases: set[str]) -> None:
-    """``run`` launches only the OpSpec's kernels (recorded in ``phases``), dispatches only declared ops."""
+    """``run`` launches only the OpEntry's kernels (recorded in ``phases``), dispatches only declared ops."""
     watch = DispatchWatch()
     with launches.observe() as log, watch:
         run()

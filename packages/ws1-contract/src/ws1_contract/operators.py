@@ -348,7 +348,11 @@ def parse_table(doc: Any, source: str) -> OperatorTable:
         where = f"profiles.{name}"
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise _fail(source, where, f"bad profile name {name!r}")
-        if not isinstance(p, Mapping) or set(p) - {"backend", "stock"} or not isinstance(p.get("backend"), str):
+        if (
+            not isinstance(p, Mapping)
+            or set(p) - {"backend", "stock"}
+            or not isinstance(p.get("backend"), str)
+        ):
             raise _fail(source, where, "a mapping {backend: <module>, stock: <bool>}")
         if not isinstance(p.get("stock", False), bool):
             raise _fail(source, f"{where}.stock", "true or false")

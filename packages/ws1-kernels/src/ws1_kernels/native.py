@@ -358,4 +358,6 @@ OPS: dict[str, OpEntry] = {
 }
 
 # the stock baseline runs wherever torch does ("any"): on CUDA when a GPU is present, else on the CPU
-BACKEND = Backend(device="any", min_arch=None, param_grad_rule="autograd_accumulate", load=lambda: (OPS, None))
+BACKEND = Backend(
+    device="any", min_arch=None, param_grad_rule="autograd_accumulate", load=lambda: (OPS, None)
+)

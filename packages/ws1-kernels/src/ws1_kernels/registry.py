@@ -23,6 +23,7 @@ from importlib import metadata
 from typing import Any
 
 import torch
+
 from ws1_contract import operators as spec
 
 from .backend import Backend
@@ -290,7 +291,9 @@ def load_entry_points() -> tuple[str, ...]:
     return tuple(names)
 
 
-def backend_candidates(profile: str, backend: Backend, *, stock: bool = False) -> tuple[list[Candidate], str | None]:
+def backend_candidates(
+    profile: str, backend: Backend, *, stock: bool = False
+) -> tuple[list[Candidate], str | None]:
     """The candidates of a backend under a profile name, or (no candidates, why) when its loader has none.
 
     The parameter-gradient rule is the backend's, on the operators that take a weight (the spec says which)."""
@@ -298,7 +301,9 @@ def backend_candidates(profile: str, backend: Backend, *, stock: bool = False) -
     params, order = param_operators(), operators()
     unknown = sorted(set(entries) - set(order))
     if unknown:
-        raise RegistryError(f"registry: profile {profile!r} implements {unknown[0]!r}, which the operator spec lacks")
+        raise RegistryError(
+            f"registry: profile {profile!r} implements {unknown[0]!r}, which the operator spec lacks"
+        )
     return [
         Candidate(
             profile=profile,

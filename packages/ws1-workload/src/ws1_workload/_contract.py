@@ -10,7 +10,14 @@ from ws1_contract.operators import OperatorSpec, ProfileEntry
 
 from .errors import WorkloadError
 
-__all__ = ["OperatorSpec", "ProfileEntry", "canonical_json", "fingerprint", "spec", "validate_manifest_document"]
+__all__ = [
+    "OperatorSpec",
+    "ProfileEntry",
+    "canonical_json",
+    "fingerprint",
+    "spec",
+    "validate_manifest_document",
+]
 
 
 def validate_manifest_document(doc: Any, source: str) -> None:

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
 from ws1_contract import operators as spec
 from ws1_contract.operators import OperatorSpec
-
 from ws1_workload import ModelConfig
 from ws1_workload.inputs import order_probe_positions
 
@@ -154,7 +154,9 @@ def adapter_for(op: OperatorSpec, model: ModelConfig) -> OperatorAdapter:
     scalars = {a: spec.scalar(a, model) for a in op.call if a in spec.shipped_table().scalars}
     call = op.call
 
-    def invoke(fn: Callable[..., Tensor], x: Mapping[str, Tensor], p: Mapping[str, Tensor], ctx: Any) -> Tensor:
+    def invoke(
+        fn: Callable[..., Tensor], x: Mapping[str, Tensor], p: Mapping[str, Tensor], ctx: Any
+    ) -> Tensor:
         args = [x[a] if a in x else p[a] if a in p else scalars[a] for a in call]
         return fn(*args, ctx)
 

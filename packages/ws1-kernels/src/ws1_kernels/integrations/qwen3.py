@@ -60,7 +60,9 @@ CHAIN_OPERATORS: tuple[str, ...] = (
 )
 
 if not set(CHAIN_OPERATORS) <= set(registry.OPERATORS):
-    raise ImportError(f"qwen3 drop-in: {sorted(set(CHAIN_OPERATORS) - set(registry.OPERATORS))} not in the spec")
+    raise ImportError(
+        f"qwen3 drop-in: {sorted(set(CHAIN_OPERATORS) - set(registry.OPERATORS))} not in the spec"
+    )
 
 #: Ops the drop-in itself dispatches between candidate calls, forward and backward. Each moves or selects data,
 #: except ``aten.add``: the residual add (the inventory item ``residual_add`` of the small elementwise steps, judged there) and autograd's sum

@@ -6,7 +6,6 @@ Each operator module exports ``OPS[operator] = OpEntry(...)``; ``BACKEND`` colle
 import sys
 
 from ..backend import Backend, collect_ops
-
 from ._blocks import (
     KEY_BLOCK,
     QUERY_BLOCK,

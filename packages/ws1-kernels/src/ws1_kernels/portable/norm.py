@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..backend import OpEntry
 from .. import _validate as v
+from ..backend import OpEntry
 from ..context import LayoutContext
 from ..launches import record
 from ..main_grad import check_main_grad, main_grad_of

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from ..backend import OpEntry
 from .. import _validate as v
+from ..backend import OpEntry
 from ..context import LayoutContext
 from ..launches import record
 from ..op_checks import check_rope

@@ -42,10 +42,10 @@ import triton
 import triton.language as tl
 
 from .. import _validate as _v
+from ..backend import OpEntry
 from ..context import LayoutContext, Segment
 from ..errors import KernelInputError
 from ..op_checks import check_attention
-from ..backend import OpEntry
 from . import triton_op
 from ._launch import check_contiguous, check_device, launch
 

@@ -23,9 +23,9 @@ import triton
 import triton.language as tl
 
 from .. import _validate as v
+from ..backend import OpEntry
 from ..context import LayoutContext
 from ..main_grad import check_main_grad, main_grad_of
-from ..backend import OpEntry
 from . import triton_op
 from ._launch import check_contiguous, check_device, launch
 from ._memops import COMPILE, float_dtype

@@ -48,10 +48,10 @@ import triton
 import triton.language as tl
 
 from .. import _validate as v
+from ..backend import OpEntry
 from ..context import LayoutContext, Segment
 from ..errors import KernelInputError
 from ..main_grad import WGRAD_BLOCK, check_main_grad, main_grad_of
-from ..backend import OpEntry
 from . import triton_op
 from ._launch import check_contiguous, check_device, launch
 
@@ -911,5 +911,7 @@ LINEAR_LOGP_DECLARED_OPS = frozenset(
 
 OPS: dict[str, OpEntry] = {
     "logp": triton_op(logp, LOGP_KERNELS, LOGP_DECLARED_OPS, "ws1_logp_fwd"),
-    "linear_logp": triton_op(linear_logp, LINEAR_LOGP_KERNELS, LINEAR_LOGP_DECLARED_OPS, "ws1_linear_logp_fwd"),
+    "linear_logp": triton_op(
+        linear_logp, LINEAR_LOGP_KERNELS, LINEAR_LOGP_DECLARED_OPS, "ws1_linear_logp_fwd"
+    ),
 }

@@ -23,10 +23,10 @@ import triton
 import triton.language as tl
 
 from .. import _validate as v
+from ..backend import OpEntry
 from ..context import LayoutContext
 from ..errors import KernelInputError
 from ..main_grad import WGRAD_BLOCK, check_main_grad, main_grad_of
-from ..backend import OpEntry
 from . import triton_op
 from ._launch import check_contiguous, check_device, interpreting, launch
 from ._memops import COMPILE, float_dtype, row_warps

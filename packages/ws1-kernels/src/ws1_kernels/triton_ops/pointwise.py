@@ -38,10 +38,10 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from .. import _validate as v
+from ..backend import OpEntry
 from ..context import LayoutContext
 from ..errors import KernelInputError
 from ..op_checks import check_rope
-from ..backend import OpEntry
 from . import triton_op
 from ._launch import check_contiguous, check_device, launch
 from ._memops import COMPILE, float_dtype, precise, row_warps

@@ -185,7 +185,9 @@ def make_plan(opts: Options) -> Plan:
     benched = tuple(op for op in S.bench_ops() if op in C.CASES)
     no_case = [op for op in (opts.ops or ()) if op in S.bench_ops() and op not in C.CASES]
     if no_case:
-        raise _fail(f"operator {no_case[0]!r} has bench shapes but no bench case (its peer, in run/bench/cases.py)")
+        raise _fail(
+            f"operator {no_case[0]!r} has bench shapes but no bench case (its peer, in run/bench/cases.py)"
+        )
     unknown = [op for op in (opts.ops or ()) if op not in benched + ST.STEP_OPS]
     if unknown:
         raise _fail(f"unknown operator {unknown[0]!r} (known: {', '.join(benched + ST.STEP_OPS)})")
