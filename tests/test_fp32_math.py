@@ -1,10 +1,10 @@
 """fp32 reference math: inside the block every fp32 precision setting is plain fp32, after it (also after an
 exception) every setting is what it was.
 
-Both copies run through the same checks: ``ws1_kernels.reference.fp32_math`` (per-operator references, the
-harness's reference runs) and ``ws1_workload.reference.fp32_math`` (the reference chain), which the workload keeps
-because neither package may import the other. The negative control is a version that sets the flags and forgets
-to restore them after an exception: the same check must catch it.
+``ws1_kernels.reference.fp32_math`` is the one way ws1 enters fp32 reference math (the per-operator references,
+the harness's reference runs, the fp32 reference chain, which is the Qwen3 drop-in on those references). The
+negative control is a version that sets the flags and forgets to restore them after an exception: the same check
+must catch it.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ import pytest
 import torch
 
 from ws1_kernels import reference as kernels_reference
-from ws1_workload import reference as workload_reference
 
-COPIES = {"kernels": kernels_reference.fp32_math, "workload": workload_reference.fp32_math}
+COPIES = {"kernels": kernels_reference.fp32_math}
 
 
 def _read(getter: Callable[[], object]) -> object:
@@ -99,10 +98,3 @@ def test_negative_control_a_version_that_does_not_restore_is_caught(
             setattr(obj, attr, value)
 
     assert not _restored_after_raise(forgetful)
-
-
-def test_both_copies_touch_the_same_settings() -> None:
-    assert workload_reference._PRECISION_SITES == kernels_reference._PRECISION_SITES
-    assert [fp32 for _r, _w, fp32 in workload_reference._LEGACY] == [
-        fp32 for _r, _w, fp32 in kernels_reference._LEGACY
-    ]

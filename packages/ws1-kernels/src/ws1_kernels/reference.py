@@ -102,9 +102,8 @@ def fp32_math() -> Iterator[None]:
     """Plain fp32 arithmetic for the duration: no TF32 and no bf16 inside fp32 matmuls or convolutions, on CUDA,
     cuDNN and oneDNN. Every setting it touches is restored on exit, also when the block raises.
 
-    The one way ws1 enters fp32 reference math (the per-operator references here, the harness's reference runs);
-    ``ws1_workload.reference`` keeps its own copy because the workload may not import the kernels
-    (docs/architecture.md), and one test (tests/test_fp32_math.py) runs both copies through the same checks.
+    The one way ws1 enters fp32 reference math (the per-operator references here, the harness's reference runs,
+    and the fp32 reference chain: the Qwen3 drop-in on these references); tests/test_fp32_math.py checks it.
     """
     sites = _precision_sites()
     saved_sites = [getattr(obj, attr) for obj, attr in sites]

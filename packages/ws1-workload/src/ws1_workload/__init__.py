@@ -1,9 +1,9 @@
-"""ws1 canonical workload: manifest, fixtures, physical layouts with restore, fp32 reference chain."""
+"""ws1 canonical workload: manifest, fixtures, physical layouts with restore."""
 
 from __future__ import annotations
 
 from .errors import LayoutError, WorkloadError
-from .fixtures import Fixture, Sample, build_fixture, make_fixture
+from .fixtures import Fixture, Sample, build_fixture, make_fixture, next_token_targets
 from .inputs import logical_tensor
 from .layouts import Layout, PhysicalCall, build_layout
 from .manifest import (
@@ -17,7 +17,6 @@ from .manifest import (
     WeightPin,
     load_manifest,
 )
-from .reference import next_token_targets, reference_chain
 from .restore import call_rows, restore, sample_runs
 from .weights import (
     CheckpointReport,
@@ -54,7 +53,6 @@ __all__ = [
     "logical_tensor",
     "make_fixture",
     "next_token_targets",
-    "reference_chain",
     "restore",
     "call_rows",
     "sample_runs",

@@ -191,3 +191,12 @@ def build_fixture(manifest: Manifest, tier: str, model: str | None = None) -> Fi
         hard_rows=manifest.hard_rows,
         token_cases=manifest.token_cases,
     )
+
+
+def next_token_targets(fx: Fixture, sample_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Target token of each physical row: token at position + 1 of its sample, pad_id on pads/last tokens."""
+    out = torch.full_like(sample_ids, fx.pad_id)
+    for i, (s, p) in enumerate(zip(sample_ids.tolist(), positions.tolist(), strict=True)):
+        if s >= 0 and p + 1 < fx.samples[s].length:
+            out[i] = fx.samples[s].token_ids[p + 1]
+    return out
