@@ -128,13 +128,13 @@ def measure(
                 up = chain.upstream(fx, case=f"calibration/seed{seed}/{fx.case_id}")
                 say(f"calibrate {profile} seed {seed} {tier}: packed training and fp32 references")
                 packed = chain.train(net, fx, chain.training[0], up)
-                ref_lp = chain.reference_logprobs(fx)
-                acc = chain.aggregates(packed.logprobs, ref_lp, fx, bitwise=False)
-                if "max_abs_dlogp" not in acc:
-                    raise SystemExit(f"calibrate_chain: {profile} seed {seed} {tier}: {acc.get('why')}")
                 packed = on_host(packed)  # 36 layers: the fp32 reference and its gradients need the room
                 qwen3.drop_param_grads(net)
+                # the one fp32 reference chain: the drop-in on ws1_kernels.reference, forward and backward
                 ref_run = chain.train(chain.reference_model(), fx, chain.training[0], up)
+                acc = chain.aggregates(packed.logprobs, ref_run.logprobs.float().cpu(), fx, bitwise=False)
+                if "max_abs_dlogp" not in acc:
+                    raise SystemExit(f"calibrate_chain: {profile} seed {seed} {tier}: {acc.get('why')}")
                 grads: dict[str, dict[str, Any]] = {}
                 for name, g in packed.grads.items():
                     r = ref_run.grads.get(name)

@@ -24,14 +24,12 @@ not depend on the layout. For each tier of the manifest this module
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +38,12 @@ from torch import nn
 
 from ws1_contract import load_contract
 from ws1_harness.errors import HarnessError
+from ws1_harness.run import chain_judge, chain_rollout, chain_train
+from ws1_harness.run.chain_judge import gradient_figures, gradient_within
+from ws1_harness.run.chain_rollout import RolloutRun
+from ws1_harness.run.chain_train import TrainRun, on_host, release_device_memory
 from ws1_harness.run.chain_watch import NodeDump, NodeWatch, first_difference, tapped
-from ws1_harness.run.compare import bitwise_equal, tolerance_check
+from ws1_harness.run.compare import tolerance_check
 from ws1_harness.run.matrix import run_arch_label
 from ws1_harness.verdict.chain_record import (
     ChainCell,
@@ -59,20 +61,15 @@ from ws1_harness.verdict.evidence import (
 )
 from ws1_harness.verdict.gate import gate
 from ws1_harness.verdict.provenance import portable_path
-from ws1_kernels import LayoutContext, registry
+from ws1_kernels import registry
 from ws1_kernels.integrations import qwen3, rollout
 from ws1_workload import (
     Fixture,
     LayoutSpec,
     Manifest,
     ModelConfig,
-    Sample,
     build_fixture,
-    build_layout,
     load_manifest,
-    logical_tensor,
-    next_token_targets,
-    restore,
     synthetic_weights,
     tensor_shapes,
 )
@@ -81,8 +78,7 @@ DTYPE = "bf16"
 #: what the chain's accuracy judgments compare with, for the record
 REFERENCE_CHAIN = "the Qwen3 drop-in on ws1_kernels.reference (fp32 weights, TF32 off), forward and backward"
 EXIT_PASS, EXIT_FAIL = 0, 1
-#: the upstream gradient of the trainer: d loss / d logp per logical token (an advantage), scored tokens only
-UPSTREAM_NAME = "chain.dlogp"
+UPSTREAM_NAME = chain_train.UPSTREAM_NAME
 
 
 class ChainError(HarnessError):
@@ -127,24 +123,6 @@ class Progress:
     def tick(self, what: Callable[[], str]) -> None:
         if self.enabled and time.perf_counter() - self._last >= self.every:
             self.line(what())
-
-
-@dataclass
-class TrainRun:
-    """One training layout: logical fp32 logprobs and every parameter gradient where its rule leaves it (on the
-    model's device while layouts are compared bit for bit; the packed layout's move to the host, ``on_host``,
-    before the fp32 reference drop-in needs the room)."""
-
-    layout: str
-    logprobs: torch.Tensor
-    grads: dict[str, torch.Tensor | None]
-
-
-@dataclass
-class RolloutRun:
-    fixture: Fixture
-    logprobs: torch.Tensor  # logical fp32: at (s, p) the logprob the engine recorded for token p + 1
-    trace: list[rollout.StepRecord] = field(default_factory=list)
 
 
 def _transformers_needed() -> None:
@@ -258,18 +236,7 @@ class Chain:
 
     # ------------------------------------------------------------------------------------------ running
 
-    def requests(self, fx: Fixture) -> list[rollout.Request]:
-        """The fixture's prompts, one request per sample, joining one step apart (sample id = request id)."""
-        return [
-            rollout.Request(
-                s.sample_id, s.token_ids[: s.prompt_len].clone(), s.length - s.prompt_len, s.sample_id
-            )
-            for s in fx.samples
-        ]
-
-    def max_running(self, fx: Fixture) -> int:
-        """One slot fewer than samples (at least one): the last request waits until another one leaves."""
-        return max(1, fx.num_samples - 1)
+    # ------------------------------------------------------------------------------------------ the steps
 
     def run_rollout(
         self,
@@ -279,34 +246,19 @@ class Chain:
         sampler: rollout.Sampler | None = None,
         watch: Callable[[], Any] | None = None,
     ) -> RolloutRun:
-        engine = rollout.Engine(
+        """The rollout step (chain_rollout) with this run's seed, chunk size and progress."""
+        return chain_rollout.run_rollout(
             model,
-            sampler or rollout.GumbelSampler(self.settings.seed),
+            fx,
+            seed=self.settings.seed,
             chunk_size=self.chunk_size,
-            max_running=self.max_running(fx),
+            tick=self.progress.tick,
+            sampler=sampler,
             watch=watch,
         )
-        tier = fx.tier
-        engine.on_step = lambda step, running, done: self.progress.tick(
-            lambda: f"{tier}: rollout step {step} ({running} running, {done}/{fx.num_samples} finished)"
-        )
-        done = engine.run(self.requests(fx))
-        samples = []
-        lps = torch.zeros(fx.total_tokens, dtype=torch.float32)
-        for s in fx.samples:
-            comp = done[s.sample_id]
-            tokens = torch.tensor(comp.tokens, dtype=torch.int64)
-            samples.append(Sample(s.sample_id, s.length, s.prompt_len, tokens, s.active.clone()))
-            off = fx.offsets[s.sample_id]
-            lps[off + s.prompt_len - 1 : off + s.length - 1] = comp.logprob_tensor
-        produced = dataclasses.replace(fx, samples=tuple(samples))
-        return RolloutRun(produced, lps, list(engine.trace))
 
     def upstream(self, fx: Fixture, case: str | None = None) -> torch.Tensor:
-        """d loss / d logp per logical token: a deterministic value per (case, token) on scored tokens, else 0
-        (``case`` defaults to the fixture's case id; calibration draws one per seed)."""
-        g = logical_tensor(case or fx.case_id, UPSTREAM_NAME, fx.logical_keys, (), torch.float32)
-        return torch.where(fx.scored, g, torch.zeros_like(g))
+        return chain_train.upstream(fx, case)
 
     def train(
         self,
@@ -317,80 +269,14 @@ class Chain:
         *,
         watch: Callable[[], Any] | None = None,
     ) -> TrainRun:
-        """Teacher forcing under one layout: a forward and a backward per physical call, gradients accumulated
-        where the candidates' rule puts them."""
-        lay = build_layout(fx, spec)
-        qwen3.zero_param_grads(model)
-        enter = watch or _nothing
-        outs = []
-        for call in lay.calls:
-            ctx = LayoutContext(call.sample_ids, call.positions)
-            targets = next_token_targets(fx, call.sample_ids, call.positions)
-            rows = torch.tensor(
-                [
-                    fx.offsets[s] + p if s >= 0 else -1
-                    for s, p in zip(call.sample_ids.tolist(), call.positions.tolist(), strict=True)
-                ],
-                dtype=torch.int64,
-            )
-            g = torch.where(rows >= 0, upstream[rows.clamp(min=0)], torch.zeros(()))
-            with enter():
-                logits, hctx = qwen3.forward_call(model, call.token_ids.to(self.device), ctx)
-                lp = qwen3.logprobs(model, logits, targets, hctx)
-                lp.backward(g.to(lp.device, lp.dtype))
-            outs.append(lp.detach().to("cpu"))
-        # the next zero_param_grads gives every parameter fresh gradient tensors, so these stay as they are
-        grads = dict(qwen3.param_grads(model))
-        return TrainRun(spec.name, restore(lay, outs), grads)
-
-    # ------------------------------------------------------------------------------------------ judging
+        """The training step (chain_train) on this run's device."""
+        return chain_train.train(model, fx, spec, upstream, device=self.device, watch=watch)
 
     def aggregates(
         self, left: torch.Tensor, right: torch.Tensor, fx: Fixture, *, bitwise: bool = True
     ) -> dict[str, Any]:
-        """The contract's chain aggregates of ``d = left - right`` over the scored tokens.
-
-        ``bitwise`` (parity): both sides must also be bit-identical, for every profile; the aggregates are
-        reported and hold trivially then. Otherwise (accuracy against the fp32 reference) each aggregate must be
-        within the contract's chain threshold. Non-finite differences and an empty active set fail, as the
-        contract's ``chain`` section says.
-        """
-        scored = fx.scored
-        a, b = left[scored].double(), right[scored].double()
-        th = self.thresholds
-        out: dict[str, Any] = {"tokens": int(scored.sum())}
-        if a.numel() == 0:
-            return {**out, "passed": False, "why": "empty active set"}
-        d = a - b
-        keys = [k for k, m in zip(fx.logical_keys, scored.tolist(), strict=True) if m]
-        if not bool(torch.isfinite(d).all()):
-            bad = int((~torch.isfinite(d)).nonzero()[0, 0])
-            return {
-                **out,
-                "passed": False,
-                "why": "non-finite logprob difference",
-                "first_key": list(keys[bad]),
-            }
-        ratio = torch.exp(d)
-        out.update(
-            max_abs_dlogp=float(d.abs().max()),
-            approx_kl0=float((ratio - 1 - d).mean()),
-            clipfrac0=float(((ratio < th.clip_low) | (ratio > th.clip_high)).double().mean()),
-        )
-        within = (
-            out["max_abs_dlogp"] <= th.max_abs_dlogp
-            and out["approx_kl0"] <= th.approx_kl0
-            and out["clipfrac0"] <= th.clipfrac0
-        )
-        out["within_contract"] = bool(within)
-        if bitwise:
-            bits = bitwise_equal(left[scored], right[scored], keys)
-            out.update(bitwise_equal=bits.passed, first_key=bits.diagnostics.get("first_mismatch_key"))
-            out["passed"] = bool(within and bits.passed)
-        else:
-            worst = int(d.abs().argmax())
-            out.update(worst_key=list(keys[worst]), passed=bool(within))
-        return out
+        """The judging step (chain_judge.aggregates) under this run's thresholds."""
+        return chain_judge.aggregates(left, right, fx, self.thresholds, bitwise=bitwise)
 
     def thresholds_json(self) -> dict[str, Any]:
         return thresholds_record(self.thresholds)
@@ -426,7 +312,7 @@ class Chain:
             say(f"{tier}: training layout {spec.name}")
             run = self.train(model, fx, spec, upstream)
             parity_rows[spec.name] = self.aggregates(run.logprobs, ro.logprobs, fx)
-            bits = self._grad_invariance(packed, run)
+            bits = chain_train.grad_invariance(packed, run)
             del run  # a layout's gradients are as large as the model: keep the packed layout's only
             invariance[spec.name] = {"bits_equal": bits}
             if not bits or not all(bits.values()):
@@ -444,7 +330,9 @@ class Chain:
         packed = on_host(packed)  # room for the fp32 model and its gradients (36 layers: 33 GB each)
         qwen3.drop_param_grads(model)
         ref_run = self.train(self.reference_model(), fx, self.training[0], upstream)
-        grad_detail, grad_failed = self._grad_accuracy(model, packed, ref_run)
+        grad_detail, grad_failed = chain_judge.grad_accuracy(
+            qwen3.param_operators(model), packed, ref_run, self.thresholds
+        )
         ref_lp = ref_run.logprobs.float().to("cpu")
         del ref_run
         release_device_memory()
@@ -515,7 +403,7 @@ class Chain:
             case_id=fx.case_id,
             active_tokens=int(fx.scored.sum()),
             judgments=tuple(judgments),
-            rollout=_rollout_summary(ro, self.chunk_size, self.max_running(fx)),
+            rollout=chain_rollout.rollout_summary(ro, self.chunk_size, chain_rollout.max_running(fx)),
             dtype=DTYPE,
             device=self.device_record(),
             stock=self.stock,
@@ -530,40 +418,6 @@ class Chain:
 
     def gradient_thresholds_json(self) -> dict[str, Any]:
         return gradient_thresholds_record(self.thresholds)
-
-    def _grad_invariance(self, packed: TrainRun, run: TrainRun) -> dict[str, bool]:
-        """Per parameter: does this layout's gradient have the packed layout's raw bits? (Both absent: equal;
-        one absent: not.) Recorded flag by flag, so the gate can re-derive the judgment from them."""
-        flags: dict[str, bool] = {}
-        for name, ref in packed.grads.items():
-            got = run.grads.get(name)
-            if ref is None or got is None:
-                flags[name] = ref is None and got is None
-            else:
-                flags[name] = _same_bits(got, ref)
-        return flags
-
-    def _grad_accuracy(
-        self, model: nn.Module, packed: TrainRun, ref: TrainRun
-    ) -> tuple[dict[str, Any], list[str]]:
-        """Per parameter: the normwise figures of the packed layout's gradient against the fp32 reference's,
-        judged against the contract's chain gradient thresholds (``gradient_figures``)."""
-        owners = qwen3.param_operators(model)
-        th = self.thresholds
-        detail: dict[str, Any] = {}
-        failed = []
-        for name, got in packed.grads.items():
-            want = ref.grads.get(name)
-            row: dict[str, Any] = {"operator": owners[name]}
-            if got is None or want is None:
-                row.update(passed=False, why="no gradient arrived")
-            else:
-                row.update(gradient_figures(got.to(want.device), want))
-                row["passed"] = gradient_within(row, th.grad_rel_l2, th.grad_rel_max_abs)
-            detail[name] = row
-            if not row["passed"]:
-                failed.append(name)
-        return detail, failed
 
     # ------------------------------------------------------------------------------------------ localising
 
@@ -622,100 +476,6 @@ class Chain:
         else:
             out.update(diff.to_json())
         return out
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Raw bits equal (same dtype and shape), compared where the tensors are."""
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    width = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return bool(torch.equal(a.contiguous().view(width), b.contiguous().view(width)))
-
-
-def release_device_memory() -> None:
-    """Collect the dropped reference model now (its modules hold reference cycles, so its 33 GB of fp32 weights
-    would otherwise wait for the cyclic collector) and return the cached blocks to the device."""
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def on_host(run: TrainRun) -> TrainRun:
-    """The run with its gradients moved to host memory, freeing the device for the fp32 reference drop-in.
-
-    At full widths and 36 layers the bf16 weights (16 GB), one layout's fp32 gradients (33 GB), the reference's
-    fp32 weights and gradients (33 GB each) and its activations do not fit in one H200 together. The figures
-    are computed afterwards one parameter at a time on the device (``gradient_figures(g.to(dev), ref)``)."""
-    grads = {k: (None if g is None else g.detach().to("cpu")) for k, g in run.grads.items()}
-    return dataclasses.replace(run, grads=grads)
-
-
-def gradient_figures(got: torch.Tensor, want: torch.Tensor) -> dict[str, Any]:
-    """The chain gradient figures of one parameter, computed on the tensors' device in float64:
-    ``rel_l2 = norm2(g - g_ref) / norm2(g_ref)``, ``rel_max_abs = max|g - g_ref| / max|g_ref|`` (a zero
-    reference: 0 when the gradient is zero too, else inf), the reference's scale, and whether every element is
-    finite (a non-finite gradient fails: the figures are then null)."""
-    g, r = got.detach().double(), want.detach().to(got.device).double()
-    if g.shape != r.shape:
-        return {
-            "finite": False,
-            "rel_l2": None,
-            "rel_max_abs": None,
-            "why": "shape differs from the reference",
-        }
-    if not bool(torch.isfinite(g).all()):
-        return {"finite": False, "rel_l2": None, "rel_max_abs": None, "why": "non-finite gradient"}
-    d = g - r
-    ref_l2, ref_max = float(torch.linalg.vector_norm(r)), float(r.abs().max()) if r.numel() else 0.0
-    d_l2, d_max = float(torch.linalg.vector_norm(d)), float(d.abs().max()) if d.numel() else 0.0
-
-    # None: a non-zero gradient where the reference has none
-    def ratio(num: float, den: float) -> float | None:
-        return num / den if den > 0 else (0.0 if num == 0 else None)
-
-    return {
-        "finite": True,
-        "rel_l2": ratio(d_l2, ref_l2),
-        "rel_max_abs": ratio(d_max, ref_max),
-        "ref_l2": ref_l2,
-        "ref_max_abs": ref_max,
-    }
-
-
-def gradient_within(row: dict[str, Any], rel_l2: float | None, rel_max_abs: float | None) -> bool:
-    """A parameter passes iff its gradient is finite and both figures are within the contract's thresholds."""
-    if rel_l2 is None or rel_max_abs is None or not row.get("finite"):
-        return False
-    if row.get("rel_l2") is None or row.get("rel_max_abs") is None:
-        return False
-    return bool(row["rel_l2"] <= rel_l2 and row["rel_max_abs"] <= rel_max_abs)
-
-
-def _rollout_summary(ro: RolloutRun, chunk_size: int, max_running: int) -> dict[str, Any]:
-    joined_late = sorted({rid for st in ro.trace for rid in st.joined if st.step > 0})
-    return {
-        "steps": len(ro.trace),
-        "chunk_size": chunk_size,
-        "max_running": max_running,
-        "requests_joined_after_step_0": joined_late,
-        "mixed_prefill_and_decode_steps": sum(
-            1 for st in ro.trace if len({n > 1 for _rid, _p, n in st.rows}) > 1
-        ),
-        "trace": [
-            {
-                "step": st.step,
-                "rows": [list(r) for r in st.rows],
-                "joined": list(st.joined),
-                "left": list(st.left),
-            }
-            for st in ro.trace
-        ],
-    }
 
 
 def run_chain(
@@ -857,7 +617,11 @@ __all__ = [
     "ChainSettings",
     "RolloutRun",
     "TrainRun",
+    "gradient_figures",
+    "gradient_within",
+    "on_host",
     "output_path",
+    "release_device_memory",
     "run_chain",
     "run_cli",
     "write_result",
