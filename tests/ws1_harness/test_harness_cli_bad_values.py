@@ -141,7 +141,7 @@ def test_report_of_a_bench_file_inside_the_checkout_is_refused(tmp_path: Path, c
     """`ws1 report` on a bench JSON inside the checkout once wrote there without --allow-in-checkout."""
     from ws1_harness.run.bench import is_bench_file
 
-    bench = REPO / "docs" / "evidence" / "gpu-sm90-f102aaa" / "bench" / "bench-triton_cuda_bf16-cuda.json"
+    bench = REPO / "docs" / "evidence" / "bench-h200-f102aaa" / "bench-triton_cuda_bf16-cuda.json"
     assert is_bench_file(str(bench))
     report = bench.with_name("bench-triton_cuda_bf16-cuda.report.md")
     before = report.read_bytes() if report.exists() else None
