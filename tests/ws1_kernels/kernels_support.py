@@ -217,7 +217,47 @@ def make_case(op: str, b: Batch, dims: dict, seed: int = 0) -> Case:
             {"weight": w},
             (("row", "x"), ("param", "weight"), ("int", "t")),
         )
-    raise ValueError(op)
+    return spec_case(op, b, dims, seed)
+
+
+#: the test dims' names for the operator spec's symbols
+_SPEC_DIMS = {"H": "hidden", "V": "vocab", "F": "inter", "Hq": "heads", "Hkv": "kv_heads", "D": "head_dim"}
+
+
+def spec_case(op: str, b: Batch, dims: dict, seed: int = 0) -> Case:
+    """The case of an operator with no branch above, read off the operator spec: its inputs by role and shape,
+    its scalars, its call order. A new operator needs no edit here; the branches above keep the scales the
+    existing kernels were tuned and tested at."""
+    from types import SimpleNamespace
+
+    from ws1_contract import operators as spec
+
+    entry = spec.operators().get(op)
+    if entry is None or entry.layout_only:
+        raise ValueError(op)
+    widths = {sym: int(dims[name]) for sym, name in _SPEC_DIMS.items()}
+    model = SimpleNamespace(head_dim=widths["D"], rms_eps=1e-6, rope_theta=1e6)
+    n = b.total
+    rows: dict[str, torch.Tensor] = {}
+    ints: dict[str, torch.Tensor] = {}
+    params: dict[str, torch.Tensor] = {}
+    kinds: dict[str, str] = {}
+    for i, inp in enumerate(entry.inputs):
+        shape = tuple(spec.evaluate(d, widths) for d in inp.shape)
+        if inp.role == "param":
+            scale = inp.scale * (widths[inp.fan_in] ** -0.5 if inp.fan_in else 1.0)
+            params[inp.name] = (inp.offset + rand(seed + i, shape, scale, torch.float32)).to(BF)
+            kinds[inp.name] = "param"
+        elif inp.role == "float":
+            rows[inp.name] = rand(seed + i, (n, *shape), inp.scale)
+            kinds[inp.name] = "row"
+        else:
+            ints[inp.name] = torch.randint(
+                0, widths["V"], (n,), generator=torch.Generator().manual_seed(seed + i)
+            )
+            kinds[inp.name] = "int"
+    args = tuple((kinds[a], a) if a in kinds else ("scalar", spec.scalar(a, model)) for a in entry.call)
+    return Case(op, rows, ints, params, args)
 
 
 @dataclass

@@ -79,3 +79,29 @@ def test_needs_input_grad_is_honoured(op: str) -> None:
     x2 = case.rows["x"].clone()
     cand.fn(x2, w2, *extra, ctx).float().sum().backward()
     assert x2.grad is None and w2.main_grad.abs().max() > 0
+
+
+@pytest.mark.parametrize("op", sorted(OP_CLASS))
+def test_the_spec_derived_case_runs_every_portable_candidate(op: str) -> None:
+    """`spec_case` (the case of an operator with no hand-written branch) builds inputs the candidate and the
+    reference both accept, and the portable candidate is within the contract's tolerance on them."""
+    from kernels_support import spec_case
+
+    cand = registry.resolve("portable_cpu", op)
+    case = spec_case(op, BATCH, DIMS)
+    res = run(cand.fn, case, BATCH, layout(BATCH, "packed"), rule=cand.param_grad_rule)
+    ref = run_reference(reference.of(op), case, BATCH, upstream(case, BATCH, res.out.shape, res.out.dtype))
+    assert_close(f"{op} forward", res.out, ref.out, "forward_accuracy", op)
+
+
+def test_a_spec_case_with_a_wrong_call_order_is_refused() -> None:
+    """Negative control: the same case with two arguments swapped no longer runs (the call order matters)."""
+    from dataclasses import replace
+
+    from kernels_support import spec_case
+
+    case = spec_case("rms_norm", BATCH, DIMS)
+    swapped = replace(case, args=(case.args[1], case.args[0], *case.args[2:]))
+    cand = registry.resolve("portable_cpu", "rms_norm")
+    with pytest.raises(Exception):  # noqa: B017 - any refusal: a KernelInputError or a shape error
+        run(cand.fn, swapped, BATCH, layout(BATCH, "packed"), rule=cand.param_grad_rule)
