@@ -295,6 +295,9 @@ BASELINE_PROFILES = frozenset(
     {"native_torch"}
 )  # recorded: its batch-variant stock ops are listed, never gated
 GPU_ARCH = {"gpu_sm86": "8.6", "gpu_sm90": "9.0"}
+#: what each GPU session builds the CUDA extension (csrc/) for: sm86 code and compute_86 PTX (on an sm_90 card the
+#: driver JIT-compiles the PTX: the sm86 proxy), or generic sm_80 code plus Hopper's own sm_90a
+CUDA_ARCH_LISTS = {"gpu_sm86": "8.6+PTX", "gpu_sm90": "8.0;9.0a"}
 GPU_TIERS = ("short", "primary", "long")
 GPU_MODELS = ("qwen3-8b", "tiny")  # full widths, then the reduced widths (seconds on the GPU)
 
@@ -371,6 +374,9 @@ def _gpu_session(session: nox.Session, name: str) -> None:
             session.error(f"{name}: expected compute capability {want}, found {have}")
     profiles, tiers, run_tests = _gpu_args(session)
     _install_packages(session, _existing_packages())
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(_build_cuda_extension(session, name)), os.environ.get("PYTHONPATH", "")) if p
+    )
     failures: list[str] = []
     if run_tests:
         with _step(session, "pytest -m gpu"):
@@ -390,6 +396,21 @@ def _gpu_session(session: nox.Session, name: str) -> None:
                 failures.append(problem)
     if failures:
         session.error(f"{name}: not green: {'; '.join(failures)}")
+
+
+def _build_cuda_extension(session: nox.Session, name: str) -> Path:
+    """Build csrc/ into build/cuda-<session> for the session's arch list; the directory to put on PYTHONPATH.
+
+    A build that fails fails the session: the cuda profiles would otherwise be judged red for a reason that is
+    not theirs."""
+    out = ROOT / "build" / f"cuda-{name}"
+    with _step(session, f"build csrc/ for {CUDA_ARCH_LISTS[name]}"):
+        session.run(
+            "python", str(ROOT / "csrc" / "setup.py"), "build_ext", "--build-lib", str(out),
+            "--build-temp", str(out / "tmp"),
+            env={"TORCH_CUDA_ARCH_LIST": CUDA_ARCH_LISTS[name], "MAX_JOBS": str(os.cpu_count() or 2)},
+        )  # fmt: skip
+    return out
 
 
 def _gpu_matrix(

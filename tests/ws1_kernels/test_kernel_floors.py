@@ -12,7 +12,7 @@ from import_graph import imports_of, modules
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "packages" / "ws1-kernels" / "src" / "ws1_kernels"
-BACKENDS = ("ws1_kernels.portable", "ws1_kernels.triton_ops", "ws1_kernels.native")
+BACKENDS = ("ws1_kernels.portable", "ws1_kernels.triton_ops", "ws1_kernels.native", "ws1_kernels.cuda")
 
 
 def _backend(module: str) -> str | None:

@@ -17,10 +17,10 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from ws1_kernels.main_grad import WGRAD_BLOCK, main_grad_of
+from ws1_kernels.row_tables import block_table
 from ws1_kernels.triton_ops import norm, pointwise
 from ws1_kernels.triton_ops._launch import interpreting
 from ws1_kernels.triton_ops._memops import COMPILE, precise, row_warps
-from ws1_kernels.triton_ops._row_tables import block_table
 
 
 @triton.jit

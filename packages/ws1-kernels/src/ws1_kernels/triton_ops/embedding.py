@@ -26,10 +26,10 @@ from .. import _validate as v
 from ..backend import OpEntry
 from ..context import LayoutContext
 from ..main_grad import check_main_grad, main_grad_of
+from ..row_tables import logical_rows
 from . import triton_op
 from ._launch import check_contiguous, check_device, launch
 from ._memops import COMPILE, float_dtype
-from ._row_tables import logical_rows
 
 # columns per program: forward 4 KB bf16 row slices (4 warps x 32 threads x 16 values; 4096 spilled 28
 # bytes in ptxas for sm_90a, the 64-bit address per value); backward 1024 fp32

@@ -27,10 +27,10 @@ from ..backend import OpEntry
 from ..context import LayoutContext
 from ..errors import KernelInputError
 from ..main_grad import WGRAD_BLOCK, check_main_grad, main_grad_of
+from ..row_tables import block_table
 from . import triton_op
 from ._launch import check_contiguous, check_device, interpreting, launch
 from ._memops import COMPILE, float_dtype, row_warps
-from ._row_tables import block_table
 
 MAX_TILE = 16384  # widest [NH, D] tile one program holds in registers (Qwen3-8B: 4096 for both ops)
 ACC_COLUMNS = 32  # main_grad columns per accumulate program: one warp, one fp32 per thread, 128-byte loads

@@ -1,4 +1,5 @@
-"""Host-built row tables for the norm and embedding backwards, copied to the device once per call.
+"""Host-built row tables for the norm and embedding backwards, copied to the device once per call (a floor under
+the Triton and CUDA backends).
 
 Both tables come from ``ctx.segments`` (host data, validated once per context), so building them never syncs
 with the device.  They are cached per ``(context, device)``: one physical call runs every layer's norms and
@@ -12,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..context import LayoutContext
-from ..main_grad import WGRAD_BLOCK
+from .context import LayoutContext
+from .main_grad import WGRAD_BLOCK
 
 # context -> {(table kind, device): tables}; a weak key, so a finished call's tables go with its context
 _CACHE: weakref.WeakKeyDictionary[LayoutContext, dict[tuple[str, torch.device], object]] = (

@@ -1,0 +1,53 @@
+// ws1 CUDA kernels: host launchers over raw pointers, sizes and a stream (no torch headers).
+//
+// Every kernel here is batch-invariant by construction: each output element is computed by one thread or one
+// warp in an order that depends only on the reduced length (a row's width, a block's 16 slots), never on the
+// number of rows, the grid or the device; no split of a reduction, no atomics on reduced values, fp32
+// accumulation, one rounding to bf16. Each launcher returns the launch's cudaError_t; the binding checks it.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ws1 {
+
+using bf16 = __nv_bfloat16;
+
+// Tokens per weight-gradient block, aligned to each sample's position 0 (ws1_kernels.main_grad.WGRAD_BLOCK).
+constexpr int kWgradBlock = 16;
+
+// What the runtime reports of one kernel of this build (binary and PTX versions prove which code ran).
+struct KernelInfo {
+  const char* name;
+  cudaFuncAttributes attr;
+  cudaError_t err;
+};
+
+// ---- pointwise.cu: silu and swiglu, fp32 math, one element per thread
+cudaError_t silu_fwd(const bf16* x, bf16* y, int64_t n, cudaStream_t stream);
+cudaError_t silu_bwd(const bf16* x, const bf16* dy, bf16* dx, int64_t n, cudaStream_t stream);
+cudaError_t swiglu_fwd(const bf16* gate, const bf16* up, bf16* y, int64_t n, cudaStream_t stream);
+cudaError_t swiglu_bwd(const bf16* gate, const bf16* up, const bf16* dy, bf16* dgate, bf16* dup, int64_t n,
+                       cudaStream_t stream);
+int pointwise_kernel_infos(KernelInfo* out, int cap);
+
+// ---- norm.cu: rms_norm ([T, 1, D]) and qk_norm ([T, NH, D]); one warp per (token, head) row
+cudaError_t norm_fwd(const bf16* x, const bf16* w, bf16* y, int64_t tokens, int nh, int d, float eps,
+                     cudaStream_t stream);
+// table: int32 [n_programs, kWgradBlock] physical rows (-1 empty); programs [0, n_blocks) are the wgrad blocks
+// in sample_blocks_main_grad order, the rest hold pad rows (dx only). dx and bsum may be null.
+cudaError_t norm_bwd_blocks(const bf16* x, const bf16* w, const bf16* dy, bf16* dx, float* bsum,
+                            const int32_t* table, int n_programs, int n_blocks, int nh, int d, float eps,
+                            cudaStream_t stream);
+// main_grad[c] += bsum[b, c] for b = 0, 1, ..., n_blocks - 1, in that order (one thread per column)
+cudaError_t wgrad_accumulate(const float* bsum, float* main_grad, int n_blocks, int d, cudaStream_t stream);
+int norm_kernel_infos(KernelInfo* out, int cap);
+
+// ---- rope.cu: rotate_half RoPE on [T, NH, D]; positions int64 [T]; backward = the transposed rotation
+cudaError_t rope(const bf16* x, const int64_t* positions, bf16* y, int64_t tokens, int nh, int d, double theta,
+                 bool backward, cudaStream_t stream);
+int rope_kernel_infos(KernelInfo* out, int cap);
+
+}  // namespace ws1

@@ -1,0 +1,232 @@
+// The one binding file: registers ws1's CUDA kernels as torch ops (torch.ops.ws1.*), each with a schema, a CUDA
+// implementation and a Meta (fake) implementation, so torch.compile and CUDA graphs see ordinary ops. Autograd
+// is layered on top in Python (ws1_kernels/cuda/). The checks here are the ones a raw pointer needs (dtype,
+// device, contiguity, sizes); the Python side checks a call's layout once per plan. Every launch is checked.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/extension.h>
+
+#include <string>
+#include <vector>
+
+#include "_build_info.h"
+#include "kernels/ws1_kernels.h"
+
+namespace {
+
+using at::Tensor;
+
+const ws1::bf16* bf(const Tensor& t) { return reinterpret_cast<const ws1::bf16*>(t.data_ptr<at::BFloat16>()); }
+ws1::bf16* bf_mut(Tensor& t) { return reinterpret_cast<ws1::bf16*>(t.data_ptr<at::BFloat16>()); }
+
+void check_bf16(const char* op, const char* name, const Tensor& t) {
+  TORCH_CHECK(t.is_cuda(), "ws1.", op, ": ", name, " must be a CUDA tensor");
+  TORCH_CHECK(t.scalar_type() == at::kBFloat16, "ws1.", op, ": ", name, " must be bfloat16, got ", t.scalar_type());
+  TORCH_CHECK(t.is_contiguous(), "ws1.", op, ": ", name, " must be contiguous");
+}
+
+void check_launch(const char* op, cudaError_t err) {
+  TORCH_CHECK(err == cudaSuccess, "ws1.", op, ": kernel launch failed: ", cudaGetErrorString(err));
+}
+
+// ------------------------------------------------------------------------------------------- pointwise
+
+Tensor silu_fwd(const Tensor& x) {
+  check_bf16("silu_fwd", "x", x);
+  const c10::cuda::CUDAGuard guard(x.device());
+  Tensor y = at::empty_like(x);
+  check_launch("silu_fwd", ws1::silu_fwd(bf(x), bf_mut(y), x.numel(), at::cuda::getCurrentCUDAStream()));
+  return y;
+}
+
+Tensor silu_bwd(const Tensor& x, const Tensor& dy) {
+  check_bf16("silu_bwd", "x", x);
+  check_bf16("silu_bwd", "dy", dy);
+  TORCH_CHECK(x.sizes() == dy.sizes(), "ws1.silu_bwd: dy has shape ", dy.sizes(), ", x ", x.sizes());
+  const c10::cuda::CUDAGuard guard(x.device());
+  Tensor dx = at::empty_like(x);
+  check_launch("silu_bwd", ws1::silu_bwd(bf(x), bf(dy), bf_mut(dx), x.numel(), at::cuda::getCurrentCUDAStream()));
+  return dx;
+}
+
+Tensor swiglu_fwd(const Tensor& gate, const Tensor& up) {
+  check_bf16("swiglu_fwd", "gate", gate);
+  check_bf16("swiglu_fwd", "up", up);
+  TORCH_CHECK(gate.sizes() == up.sizes(), "ws1.swiglu_fwd: up has shape ", up.sizes(), ", gate ", gate.sizes());
+  const c10::cuda::CUDAGuard guard(gate.device());
+  Tensor y = at::empty_like(gate);
+  check_launch("swiglu_fwd",
+               ws1::swiglu_fwd(bf(gate), bf(up), bf_mut(y), gate.numel(), at::cuda::getCurrentCUDAStream()));
+  return y;
+}
+
+std::tuple<Tensor, Tensor> swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dy) {
+  check_bf16("swiglu_bwd", "gate", gate);
+  check_bf16("swiglu_bwd", "up", up);
+  check_bf16("swiglu_bwd", "dy", dy);
+  TORCH_CHECK(gate.sizes() == up.sizes() && gate.sizes() == dy.sizes(), "ws1.swiglu_bwd: shapes differ");
+  const c10::cuda::CUDAGuard guard(gate.device());
+  Tensor dgate = at::empty_like(gate), dup = at::empty_like(up);
+  check_launch("swiglu_bwd", ws1::swiglu_bwd(bf(gate), bf(up), bf(dy), bf_mut(dgate), bf_mut(dup), gate.numel(),
+                                             at::cuda::getCurrentCUDAStream()));
+  return {dgate, dup};
+}
+
+// ------------------------------------------------------------------------------------------- norms
+
+// x: [T, D] (rms_norm) or [T, NH, D] (qk_norm)
+std::pair<int64_t, int64_t> heads_and_width(const char* op, const Tensor& x) {
+  TORCH_CHECK(x.dim() == 2 || x.dim() == 3, "ws1.", op, ": x must be [T, D] or [T, NH, D], got ", x.sizes());
+  return x.dim() == 2 ? std::pair<int64_t, int64_t>(1, x.size(1)) : std::pair<int64_t, int64_t>(x.size(1), x.size(2));
+}
+
+Tensor norm_fwd(const Tensor& x, const Tensor& w, double eps) {
+  check_bf16("norm_fwd", "x", x);
+  check_bf16("norm_fwd", "w", w);
+  auto [nh, d] = heads_and_width("norm_fwd", x);
+  TORCH_CHECK(w.dim() == 1 && w.size(0) == d, "ws1.norm_fwd: w must be [", d, "], got ", w.sizes());
+  const c10::cuda::CUDAGuard guard(x.device());
+  Tensor y = at::empty_like(x);
+  check_launch("norm_fwd", ws1::norm_fwd(bf(x), bf(w), bf_mut(y), x.size(0), static_cast<int>(nh),
+                                         static_cast<int>(d), static_cast<float>(eps),
+                                         at::cuda::getCurrentCUDAStream()));
+  return y;
+}
+
+// returns (dx, bsum): dx empty when not do_dx, bsum [max(n_blocks, 1), D] fp32 (empty when not do_dw)
+std::tuple<Tensor, Tensor> norm_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& table,
+                                    int64_t n_blocks, double eps, bool do_dx, bool do_dw) {
+  check_bf16("norm_bwd", "x", x);
+  check_bf16("norm_bwd", "w", w);
+  check_bf16("norm_bwd", "dy", dy);
+  auto [nh, d] = heads_and_width("norm_bwd", x);
+  TORCH_CHECK(dy.sizes() == x.sizes(), "ws1.norm_bwd: dy has shape ", dy.sizes(), ", x ", x.sizes());
+  TORCH_CHECK(table.is_cuda() && table.scalar_type() == at::kInt && table.dim() == 2 &&
+                  table.size(1) == ws1::kWgradBlock && table.is_contiguous(),
+              "ws1.norm_bwd: table must be contiguous int32 [programs, ", ws1::kWgradBlock, "] on the device");
+  TORCH_CHECK(0 <= n_blocks && n_blocks <= table.size(0), "ws1.norm_bwd: n_blocks out of range");
+  const c10::cuda::CUDAGuard guard(x.device());
+  Tensor dx = do_dx ? at::empty_like(x) : at::empty({0}, x.options());
+  Tensor bsum = do_dw ? at::empty({std::max<int64_t>(n_blocks, 1), d}, x.options().dtype(at::kFloat))
+                      : at::empty({0}, x.options().dtype(at::kFloat));
+  const int64_t programs = do_dx ? table.size(0) : n_blocks;
+  check_launch("norm_bwd",
+               ws1::norm_bwd_blocks(bf(x), bf(w), bf(dy), do_dx ? bf_mut(dx) : nullptr,
+                                    do_dw ? bsum.data_ptr<float>() : nullptr, table.data_ptr<int32_t>(),
+                                    static_cast<int>(programs), static_cast<int>(n_blocks), static_cast<int>(nh),
+                                    static_cast<int>(d), static_cast<float>(eps), at::cuda::getCurrentCUDAStream()));
+  return {dx, bsum};
+}
+
+void wgrad_accumulate(const Tensor& bsum, const Tensor& main_grad, int64_t n_blocks) {
+  TORCH_CHECK(bsum.is_cuda() && bsum.scalar_type() == at::kFloat && bsum.is_contiguous() && bsum.dim() == 2,
+              "ws1.wgrad_accumulate: bsum must be contiguous fp32 [blocks, D] on the device");
+  TORCH_CHECK(main_grad.is_cuda() && main_grad.scalar_type() == at::kFloat && main_grad.is_contiguous() &&
+                  main_grad.numel() == bsum.size(1),
+              "ws1.wgrad_accumulate: main_grad must be contiguous fp32 of ", bsum.size(1), " elements");
+  TORCH_CHECK(0 <= n_blocks && n_blocks <= bsum.size(0), "ws1.wgrad_accumulate: n_blocks out of range");
+  const c10::cuda::CUDAGuard guard(bsum.device());
+  check_launch("wgrad_accumulate",
+               ws1::wgrad_accumulate(bsum.data_ptr<float>(), main_grad.data_ptr<float>(), static_cast<int>(n_blocks),
+                                     static_cast<int>(bsum.size(1)), at::cuda::getCurrentCUDAStream()));
+}
+
+// ------------------------------------------------------------------------------------------- rope
+
+Tensor rope(const Tensor& x, const Tensor& positions, double theta, bool backward) {
+  check_bf16("rope", "x", x);
+  TORCH_CHECK(x.dim() == 3 && x.size(2) % 2 == 0, "ws1.rope: x must be [T, NH, D] with D even, got ", x.sizes());
+  TORCH_CHECK(positions.is_cuda() && positions.scalar_type() == at::kLong && positions.dim() == 1 &&
+                  positions.size(0) == x.size(0) && positions.is_contiguous(),
+              "ws1.rope: positions must be contiguous int64 [", x.size(0), "] on the device");
+  const c10::cuda::CUDAGuard guard(x.device());
+  Tensor y = at::empty_like(x);
+  check_launch("rope", ws1::rope(bf(x), positions.data_ptr<int64_t>(), bf_mut(y), x.size(0),
+                                 static_cast<int>(x.size(1)), static_cast<int>(x.size(2)), theta, backward,
+                                 at::cuda::getCurrentCUDAStream()));
+  return y;
+}
+
+// ------------------------------------------------------------------------------------------- fakes (Meta)
+
+Tensor like_meta(const Tensor& x) { return at::empty_like(x); }
+Tensor silu_bwd_meta(const Tensor& x, const Tensor&) { return at::empty_like(x); }
+Tensor swiglu_fwd_meta(const Tensor& gate, const Tensor&) { return at::empty_like(gate); }
+std::tuple<Tensor, Tensor> swiglu_bwd_meta(const Tensor& gate, const Tensor& up, const Tensor&) {
+  return {at::empty_like(gate), at::empty_like(up)};
+}
+Tensor norm_fwd_meta(const Tensor& x, const Tensor&, double) { return at::empty_like(x); }
+std::tuple<Tensor, Tensor> norm_bwd_meta(const Tensor& x, const Tensor&, const Tensor&, const Tensor&,
+                                         int64_t n_blocks, double, bool do_dx, bool do_dw) {
+  const int64_t d = x.size(x.dim() - 1);
+  return {do_dx ? at::empty_like(x) : at::empty({0}, x.options()),
+          do_dw ? at::empty({std::max<int64_t>(n_blocks, 1), d}, x.options().dtype(at::kFloat))
+                : at::empty({0}, x.options().dtype(at::kFloat))};
+}
+void wgrad_accumulate_meta(const Tensor&, const Tensor&, int64_t) {}
+Tensor rope_meta(const Tensor& x, const Tensor&, double, bool) { return at::empty_like(x); }
+
+// ------------------------------------------------------------------------------------------- build record
+
+std::string built_targets() { return WS1_BUILT_TARGETS; }
+
+// name, binaryVersion, ptxVersion, numRegs, sharedSizeBytes, localSizeBytes, maxThreadsPerBlock, error
+std::vector<std::tuple<std::string, int, int, int, int64_t, int64_t, int, std::string>> kernel_attributes() {
+  ws1::KernelInfo infos[32];
+  int n = ws1::pointwise_kernel_infos(infos, 32);
+  n += ws1::norm_kernel_infos(infos + n, 32 - n);
+  n += ws1::rope_kernel_infos(infos + n, 32 - n);
+  std::vector<std::tuple<std::string, int, int, int, int64_t, int64_t, int, std::string>> out;
+  for (int i = 0; i < n; ++i) {
+    const auto& a = infos[i].attr;
+    out.emplace_back(infos[i].name, a.binaryVersion, a.ptxVersion, a.numRegs, static_cast<int64_t>(a.sharedSizeBytes),
+                     static_cast<int64_t>(a.localSizeBytes), a.maxThreadsPerBlock,
+                     infos[i].err == cudaSuccess ? std::string() : std::string(cudaGetErrorString(infos[i].err)));
+  }
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(ws1, m) {
+  m.def("silu_fwd(Tensor x) -> Tensor");
+  m.def("silu_bwd(Tensor x, Tensor dy) -> Tensor");
+  m.def("swiglu_fwd(Tensor gate, Tensor up) -> Tensor");
+  m.def("swiglu_bwd(Tensor gate, Tensor up, Tensor dy) -> (Tensor, Tensor)");
+  m.def("norm_fwd(Tensor x, Tensor w, float eps) -> Tensor");
+  m.def(
+      "norm_bwd(Tensor x, Tensor w, Tensor dy, Tensor table, int n_blocks, float eps, bool do_dx, bool do_dw) -> "
+      "(Tensor, Tensor)");
+  m.def("wgrad_accumulate(Tensor bsum, Tensor(a!) main_grad, int n_blocks) -> ()");
+  m.def("rope(Tensor x, Tensor positions, float theta, bool backward) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(ws1, CUDA, m) {
+  m.impl("silu_fwd", &silu_fwd);
+  m.impl("silu_bwd", &silu_bwd);
+  m.impl("swiglu_fwd", &swiglu_fwd);
+  m.impl("swiglu_bwd", &swiglu_bwd);
+  m.impl("norm_fwd", &norm_fwd);
+  m.impl("norm_bwd", &norm_bwd);
+  m.impl("wgrad_accumulate", &wgrad_accumulate);
+  m.impl("rope", &rope);
+}
+
+TORCH_LIBRARY_IMPL(ws1, Meta, m) {
+  m.impl("silu_fwd", &like_meta);
+  m.impl("silu_bwd", &silu_bwd_meta);
+  m.impl("swiglu_fwd", &swiglu_fwd_meta);
+  m.impl("swiglu_bwd", &swiglu_bwd_meta);
+  m.impl("norm_fwd", &norm_fwd_meta);
+  m.impl("norm_bwd", &norm_bwd_meta);
+  m.impl("wgrad_accumulate", &wgrad_accumulate_meta);
+  m.impl("rope", &rope_meta);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "ws1's CUDA kernels; importing this module registers torch.ops.ws1.*";
+  m.def("built_targets", &built_targets, "the TORCH_CUDA_ARCH_LIST this module was built for");
+  m.def("kernel_attributes", &kernel_attributes,
+        "per kernel: name, binaryVersion, ptxVersion, numRegs, sharedSizeBytes, localSizeBytes, "
+        "maxThreadsPerBlock, error (cudaFuncGetAttributes on the current device)");
+}
