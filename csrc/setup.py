@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-KERNELS = sorted(str(p.relative_to(HERE)) for p in (HERE / "kernels").glob("*.cu"))
+KERNELS = sorted(str(p) for p in (HERE / "kernels").glob("*.cu"))
 
 
 def main() -> None:
@@ -33,7 +33,7 @@ def main() -> None:
     from setuptools import setup
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
-    os.chdir(HERE)
+    # sources by absolute path and no chdir: --build-lib and --build-temp stay relative to the caller's directory
     flags = ["-O3", "-lineinfo", "-Xptxas=-v"]
     setup(
         name="ws1-cuda-ext",
@@ -41,7 +41,7 @@ def main() -> None:
         ext_modules=[
             CUDAExtension(
                 "ws1_cuda_ext",
-                ["ws1_ops.cpp", *KERNELS],
+                [str(HERE / "ws1_ops.cpp"), *KERNELS],
                 include_dirs=[str(HERE)],
                 extra_compile_args={"cxx": ["-O3"], "nvcc": flags},
             )

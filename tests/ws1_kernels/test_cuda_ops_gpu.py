@@ -57,13 +57,16 @@ def test_compiled_forward_traces_with_no_break_and_gives_eager_bits() -> None:
     x = torch.randn(16, 256, device=DEV, dtype=torch.bfloat16)
     w = torch.randn(256, device=DEV, dtype=torch.bfloat16)
     q = torch.randn(16, 4, 64, device=DEV, dtype=torch.bfloat16)
+    positions = ctx.on(DEV)[1]
 
-    def f(x: torch.Tensor, w: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def f(
+        x: torch.Tensor, w: torch.Tensor, q: torch.Tensor, p: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         h = torch.ops.ws1.norm_fwd(x, w, 1e-6)
-        return torch.ops.ws1.swiglu_fwd(h, h), torch.ops.ws1.rope(q, ctx.on(DEV)[1], 1e6, False)
+        return torch.ops.ws1.swiglu_fwd(h, h), torch.ops.ws1.rope(q, p, 1e6, False)
 
-    eager = f(x, w, q)
-    compiled = torch.compile(f, fullgraph=True)(x, w, q)
+    eager = f(x, w, q, positions)
+    compiled = torch.compile(f, fullgraph=True)(x, w, q, positions)
     for a, b in zip(eager, compiled, strict=True):
         assert torch.equal(_bits(a), _bits(b))
 
