@@ -147,6 +147,104 @@ Tensor rope(const Tensor& x, const Tensor& positions, double theta, bool backwar
   return y;
 }
 
+// ------------------------------------------------------------------------------------------- embedding
+
+void check_ids(const char* op, const char* name, const Tensor& t) {
+  TORCH_CHECK(t.is_cuda() && t.scalar_type() == at::kLong && t.dim() == 1 && t.is_contiguous(), "ws1.", op, ": ",
+              name, " must be contiguous int64 [n] on the device");
+}
+
+Tensor embedding_fwd(const Tensor& ids, const Tensor& w) {
+  check_ids("embedding_fwd", "ids", ids);
+  check_bf16("embedding_fwd", "w", w);
+  TORCH_CHECK(w.dim() == 2, "ws1.embedding_fwd: w must be [V, H], got ", w.sizes());
+  const c10::cuda::CUDAGuard guard(w.device());
+  Tensor y = at::empty({ids.size(0), w.size(1)}, w.options());
+  check_launch("embedding_fwd", ws1::embedding_fwd(ids.data_ptr<int64_t>(), bf(w), bf_mut(y), ids.size(0), w.size(0),
+                                                   static_cast<int>(w.size(1)), at::cuda::getCurrentCUDAStream()));
+  return y;
+}
+
+void embedding_bwd(const Tensor& ids_sorted, const Tensor& rows, const Tensor& dy, const Tensor& main_grad) {
+  check_ids("embedding_bwd", "ids_sorted", ids_sorted);
+  check_ids("embedding_bwd", "rows", rows);
+  check_bf16("embedding_bwd", "dy", dy);
+  TORCH_CHECK(ids_sorted.size(0) == rows.size(0), "ws1.embedding_bwd: ids_sorted and rows differ in length");
+  TORCH_CHECK(main_grad.is_cuda() && main_grad.scalar_type() == at::kFloat && main_grad.is_contiguous() &&
+                  main_grad.dim() == 2 && dy.dim() == 2 && main_grad.size(1) == dy.size(1),
+              "ws1.embedding_bwd: main_grad must be contiguous fp32 [V, ", dy.size(1), "]");
+  const c10::cuda::CUDAGuard guard(dy.device());
+  check_launch("embedding_bwd",
+               ws1::embedding_bwd(ids_sorted.data_ptr<int64_t>(), rows.data_ptr<int64_t>(), bf(dy),
+                                  main_grad.data_ptr<float>(), ids_sorted.size(0), main_grad.size(0),
+                                  static_cast<int>(dy.size(1)), at::cuda::getCurrentCUDAStream()));
+}
+
+// ------------------------------------------------------------------------------------------- logp
+
+std::tuple<Tensor, Tensor> logp_fwd(const Tensor& logits, const Tensor& targets) {
+  check_bf16("logp_fwd", "logits", logits);
+  check_ids("logp_fwd", "targets", targets);
+  TORCH_CHECK(logits.dim() == 2 && targets.size(0) == logits.size(0), "ws1.logp_fwd: logits [T, V] and targets [T]");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  Tensor out = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
+  Tensor lse = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
+  check_launch("logp_fwd", ws1::logp_fwd(bf(logits), targets.data_ptr<int64_t>(), out.data_ptr<float>(),
+                                         lse.data_ptr<float>(), logits.size(0), logits.size(1),
+                                         at::cuda::getCurrentCUDAStream()));
+  return {out, lse};
+}
+
+Tensor logp_bwd(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& g) {
+  check_bf16("logp_bwd", "logits", logits);
+  check_ids("logp_bwd", "targets", targets);
+  for (const Tensor* t : {&lse, &g}) {
+    TORCH_CHECK(t->is_cuda() && t->scalar_type() == at::kFloat && t->is_contiguous() && t->dim() == 1 &&
+                    t->size(0) == logits.size(0),
+                "ws1.logp_bwd: lse and g must be contiguous fp32 [T] on the device");
+  }
+  const c10::cuda::CUDAGuard guard(logits.device());
+  Tensor dlogits = at::empty_like(logits);
+  check_launch("logp_bwd", ws1::logp_bwd(bf(logits), targets.data_ptr<int64_t>(), lse.data_ptr<float>(),
+                                         g.data_ptr<float>(), bf_mut(dlogits), logits.size(0), logits.size(1),
+                                         at::cuda::getCurrentCUDAStream()));
+  return dlogits;
+}
+
+// ------------------------------------------------------------------------------------------- gemm
+
+// b_trans: a [M, R], b [Nc, R] -> [M, Nc] (y = x W^T); else a [M, R], b [R, Nc] -> [M, Nc] (dx = dy W)
+Tensor gemm(const Tensor& a, const Tensor& b, bool b_trans) {
+  check_bf16("gemm", "a", a);
+  check_bf16("gemm", "b", b);
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "ws1.gemm: a and b must be 2-D");
+  const int64_t r = a.size(1);
+  const int64_t nc = b_trans ? b.size(0) : b.size(1);
+  TORCH_CHECK((b_trans ? b.size(1) : b.size(0)) == r, "ws1.gemm: inner sizes differ: a ", a.sizes(), ", b ",
+              b.sizes());
+  const c10::cuda::CUDAGuard guard(a.device());
+  Tensor c = at::empty({a.size(0), nc}, a.options());
+  check_launch("gemm", ws1::gemm(bf(a), bf(b), bf_mut(c), a.size(0), nc, r, b_trans, at::cuda::getCurrentCUDAStream()));
+  return c;
+}
+
+void gemm_wgrad(const Tensor& dy, const Tensor& x, const Tensor& table, int64_t n_blocks, const Tensor& main_grad) {
+  check_bf16("gemm_wgrad", "dy", dy);
+  check_bf16("gemm_wgrad", "x", x);
+  TORCH_CHECK(dy.dim() == 2 && x.dim() == 2 && dy.size(0) == x.size(0), "ws1.gemm_wgrad: dy [T, N], x [T, K]");
+  TORCH_CHECK(table.is_cuda() && table.scalar_type() == at::kInt && table.dim() == 2 &&
+                  table.size(1) == ws1::kWgradBlock && table.is_contiguous() && 0 <= n_blocks &&
+                  n_blocks <= table.size(0),
+              "ws1.gemm_wgrad: table must be contiguous int32 [programs, ", ws1::kWgradBlock, "] with n_blocks rows");
+  TORCH_CHECK(main_grad.is_cuda() && main_grad.scalar_type() == at::kFloat && main_grad.is_contiguous() &&
+                  main_grad.dim() == 2 && main_grad.size(0) == dy.size(1) && main_grad.size(1) == x.size(1),
+              "ws1.gemm_wgrad: main_grad must be contiguous fp32 [", dy.size(1), ", ", x.size(1), "]");
+  const c10::cuda::CUDAGuard guard(dy.device());
+  check_launch("gemm_wgrad", ws1::gemm_wgrad_blocks(bf(dy), bf(x), table.data_ptr<int32_t>(), static_cast<int>(n_blocks),
+                                                    main_grad.data_ptr<float>(), dy.size(1), x.size(1),
+                                                    at::cuda::getCurrentCUDAStream()));
+}
+
 // ------------------------------------------------------------------------------------------- fakes (Meta)
 
 Tensor like_meta(const Tensor& x) { return at::empty_like(x); }
@@ -165,6 +263,17 @@ std::tuple<Tensor, Tensor> norm_bwd_meta(const Tensor& x, const Tensor&, const T
 }
 void wgrad_accumulate_meta(const Tensor&, const Tensor&, int64_t) {}
 Tensor rope_meta(const Tensor& x, const Tensor&, double, bool) { return at::empty_like(x); }
+Tensor embedding_fwd_meta(const Tensor& ids, const Tensor& w) { return at::empty({ids.size(0), w.size(1)}, w.options()); }
+void embedding_bwd_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {}
+std::tuple<Tensor, Tensor> logp_fwd_meta(const Tensor& logits, const Tensor&) {
+  return {at::empty({logits.size(0)}, logits.options().dtype(at::kFloat)),
+          at::empty({logits.size(0)}, logits.options().dtype(at::kFloat))};
+}
+Tensor logp_bwd_meta(const Tensor& logits, const Tensor&, const Tensor&, const Tensor&) { return at::empty_like(logits); }
+Tensor gemm_meta(const Tensor& a, const Tensor& b, bool b_trans) {
+  return at::empty({a.size(0), b_trans ? b.size(0) : b.size(1)}, a.options());
+}
+void gemm_wgrad_meta(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&) {}
 
 // ------------------------------------------------------------------------------------------- build record
 
@@ -176,6 +285,9 @@ std::vector<std::tuple<std::string, int, int, int, int64_t, int64_t, int, std::s
   int n = ws1::pointwise_kernel_infos(infos, 32);
   n += ws1::norm_kernel_infos(infos + n, 32 - n);
   n += ws1::rope_kernel_infos(infos + n, 32 - n);
+  n += ws1::embedding_kernel_infos(infos + n, 32 - n);
+  n += ws1::logprob_kernel_infos(infos + n, 32 - n);
+  n += ws1::gemm_kernel_infos(infos + n, 32 - n);
   std::vector<std::tuple<std::string, int, int, int, int64_t, int64_t, int, std::string>> out;
   for (int i = 0; i < n; ++i) {
     const auto& a = infos[i].attr;
@@ -199,6 +311,12 @@ TORCH_LIBRARY(ws1, m) {
       "(Tensor, Tensor)");
   m.def("wgrad_accumulate(Tensor bsum, Tensor(a!) main_grad, int n_blocks) -> ()");
   m.def("rope(Tensor x, Tensor positions, float theta, bool backward) -> Tensor");
+  m.def("embedding_fwd(Tensor ids, Tensor w) -> Tensor");
+  m.def("embedding_bwd(Tensor ids_sorted, Tensor rows, Tensor dy, Tensor(a!) main_grad) -> ()");
+  m.def("logp_fwd(Tensor logits, Tensor targets) -> (Tensor, Tensor)");
+  m.def("logp_bwd(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> Tensor");
+  m.def("gemm(Tensor a, Tensor b, bool b_trans) -> Tensor");
+  m.def("gemm_wgrad(Tensor dy, Tensor x, Tensor table, int n_blocks, Tensor(a!) main_grad) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(ws1, CUDA, m) {
@@ -210,6 +328,12 @@ TORCH_LIBRARY_IMPL(ws1, CUDA, m) {
   m.impl("norm_bwd", &norm_bwd);
   m.impl("wgrad_accumulate", &wgrad_accumulate);
   m.impl("rope", &rope);
+  m.impl("embedding_fwd", &embedding_fwd);
+  m.impl("embedding_bwd", &embedding_bwd);
+  m.impl("logp_fwd", &logp_fwd);
+  m.impl("logp_bwd", &logp_bwd);
+  m.impl("gemm", &gemm);
+  m.impl("gemm_wgrad", &gemm_wgrad);
 }
 
 TORCH_LIBRARY_IMPL(ws1, Meta, m) {
@@ -221,6 +345,12 @@ TORCH_LIBRARY_IMPL(ws1, Meta, m) {
   m.impl("norm_bwd", &norm_bwd_meta);
   m.impl("wgrad_accumulate", &wgrad_accumulate_meta);
   m.impl("rope", &rope_meta);
+  m.impl("embedding_fwd", &embedding_fwd_meta);
+  m.impl("embedding_bwd", &embedding_bwd_meta);
+  m.impl("logp_fwd", &logp_fwd_meta);
+  m.impl("logp_bwd", &logp_bwd_meta);
+  m.impl("gemm", &gemm_meta);
+  m.impl("gemm_wgrad", &gemm_wgrad_meta);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

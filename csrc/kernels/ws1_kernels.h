@@ -50,4 +50,26 @@ cudaError_t rope(const bf16* x, const int64_t* positions, bf16* y, int64_t token
                  bool backward, cudaStream_t stream);
 int rope_kernel_infos(KernelInfo* out, int cap);
 
+// ---- embedding.cu: exact gather; backward walks runs of one id (ids stable-sorted, rows in logical order)
+cudaError_t embedding_fwd(const int64_t* ids, const bf16* w, bf16* y, int64_t tokens, int64_t vocab, int h,
+                          cudaStream_t stream);
+cudaError_t embedding_bwd(const int64_t* ids_sorted, const int64_t* rows, const bf16* dy, float* main_grad,
+                          int64_t n, int64_t vocab, int h, cudaStream_t stream);
+int embedding_kernel_infos(KernelInfo* out, int cap);
+
+// ---- logprob.cu: selected-token logprob of [T, V] bf16 logits (fp32 out and lse); backward to bf16 dlogits
+cudaError_t logp_fwd(const bf16* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
+                     int64_t vocab, cudaStream_t stream);
+cudaError_t logp_bwd(const bf16* logits, const int64_t* targets, const float* lse, const float* g, bf16* dlogits,
+                     int64_t tokens, int64_t vocab, cudaStream_t stream);
+int logprob_kernel_infos(KernelInfo* out, int cap);
+
+// ---- gemm.cu: C[M, Nc] = A[M, R] . op(B), op(B) = B^T (B [Nc, R]) or B (B [R, Nc]); fp32 accumulation over R
+// in a fixed order; and the weight gradient main_grad[N, K] += dY_b^T X_b over the table's blocks in order
+cudaError_t gemm(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t nc, int64_t r, bool b_trans,
+                 cudaStream_t stream);
+cudaError_t gemm_wgrad_blocks(const bf16* dy, const bf16* x, const int32_t* table, int n_blocks, float* main_grad,
+                              int64_t n, int64_t k, cudaStream_t stream);
+int gemm_kernel_infos(KernelInfo* out, int cap);
+
 }  // namespace ws1

@@ -1,0 +1,78 @@
+"""The binding file `csrc/ws1_ops.cpp` parses against the installed torch's C++ headers (`g++ -fsyntax-only`).
+
+A CPU torch ships the ATen and c10 CUDA headers but not the CUDA libraries' own (cuSPARSE, cuBLAS, cuSOLVER);
+the few types its headers name are stubbed here, so a typo in the binding fails CI in seconds, before a GPU
+build. It checks syntax and types against the torch API, not a link. The negative control plants an error.
+Under `CI=true` a missing g++ fails, never skips.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CSRC = REPO / "csrc"
+GXX = shutil.which("g++")
+CUDA_INCLUDE = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+
+if GXX is None or not (CUDA_INCLUDE / "cuda_runtime.h").is_file():
+    if os.environ.get("CI") == "true":
+        raise RuntimeError(
+            f"CI=true: g++ or {CUDA_INCLUDE}/cuda_runtime.h is missing: the binding cannot be checked"
+        )
+    pytest.skip("g++ or the CUDA toolkit headers are missing", allow_module_level=True)
+
+STUBS = {
+    "cusparse.h": "typedef struct cusparseContext* cusparseHandle_t; typedef int cusparseStatus_t;",
+    "cublas_v2.h": "typedef struct cublasContext* cublasHandle_t; typedef int cublasStatus_t;",
+    "cublasLt.h": '#include "cublas_v2.h"\ntypedef struct cublasLtContext* cublasLtHandle_t;',
+    "cusolverDn.h": "typedef struct cusolverDnContext* cusolverDnHandle_t; typedef int cusolverStatus_t;",
+    "cusolver_common.h": "typedef int cusolverStatus_t;",
+    "c10/cuda/impl/cuda_cmake_macros.h": "",
+}
+
+
+def _parse(src_dir: Path, stubs: Path) -> subprocess.CompletedProcess[str]:
+    from torch.utils.cpp_extension import include_paths
+
+    for name, text in STUBS.items():
+        (stubs / name).parent.mkdir(parents=True, exist_ok=True)
+        (stubs / name).write_text(f"#pragma once\n{text}\n")
+    (stubs / "_build_info.h").write_text('#pragma once\n#define WS1_BUILT_TARGETS "syntax-check"\n')
+    cmd = [
+        str(GXX),
+        "-std=c++17",
+        "-fsyntax-only",
+        *(f"-I{p}" for p in include_paths()),
+        f"-I{stubs}",
+        f"-I{CUDA_INCLUDE}",
+        f"-I{sysconfig.get_paths()['include']}",
+        f"-I{src_dir}",
+        "-DTORCH_EXTENSION_NAME=ws1_cuda_ext",
+        "-DTORCH_API_INCLUDE_EXTENSION_H",
+        str(src_dir / "ws1_ops.cpp"),
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def test_the_binding_parses(tmp_path: Path) -> None:
+    proc = _parse(CSRC, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_planted_binding_error_fails(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(CSRC, src, ignore=shutil.ignore_patterns("build", "_build_info.h"))
+    text = (src / "ws1_ops.cpp").read_text()
+    planted = text.replace("Tensor y = at::empty_like(x);", "Tensor y = at::empty_like(x, 3, 4, 5);", 1)
+    assert planted != text, "the planted error did not land"
+    (src / "ws1_ops.cpp").write_text(planted)
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    assert _parse(src, stubs).returncode != 0
