@@ -245,6 +245,109 @@ void gemm_wgrad(const Tensor& dy, const Tensor& x, const Tensor& table, int64_t 
                                                     at::cuda::getCurrentCUDAStream()));
 }
 
+// ------------------------------------------------------------------------------------------- linear_logp pieces
+
+// fp32 logits: a [M, R] . b[Nc, R]^T
+Tensor gemm_f32_out(const Tensor& a, const Tensor& b) {
+  check_bf16("gemm_f32_out", "a", a);
+  check_bf16("gemm_f32_out", "b", b);
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(1), "ws1.gemm_f32_out: a [M, R], b [Nc, R]");
+  const c10::cuda::CUDAGuard guard(a.device());
+  Tensor c = at::empty({a.size(0), b.size(0)}, a.options().dtype(at::kFloat));
+  check_launch("gemm_f32_out", ws1::gemm_f32_out(bf(a), bf(b), c.data_ptr<float>(), a.size(0), b.size(0), a.size(1),
+                                                 true, at::cuda::getCurrentCUDAStream()));
+  return c;
+}
+
+void check_f32_logits(const char* op, const Tensor& logits) {
+  TORCH_CHECK(logits.is_cuda() && logits.scalar_type() == at::kFloat && logits.dim() == 2 && logits.is_contiguous(),
+              "ws1.", op, ": logits must be contiguous fp32 [T, V] on the device");
+}
+
+std::tuple<Tensor, Tensor> logp_fwd_f32(const Tensor& logits, const Tensor& targets) {
+  check_f32_logits("logp_fwd_f32", logits);
+  check_ids("logp_fwd_f32", "targets", targets);
+  TORCH_CHECK(targets.size(0) == logits.size(0), "ws1.logp_fwd_f32: targets [T]");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  Tensor out = at::empty({logits.size(0)}, logits.options());
+  Tensor lse = at::empty({logits.size(0)}, logits.options());
+  check_launch("logp_fwd_f32", ws1::logp_fwd_f32(logits.data_ptr<float>(), targets.data_ptr<int64_t>(),
+                                                 out.data_ptr<float>(), lse.data_ptr<float>(), logits.size(0),
+                                                 logits.size(1), at::cuda::getCurrentCUDAStream()));
+  return {out, lse};
+}
+
+Tensor logp_bwd_f32(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& g) {
+  check_f32_logits("logp_bwd_f32", logits);
+  check_ids("logp_bwd_f32", "targets", targets);
+  for (const Tensor* t : {&lse, &g}) {
+    TORCH_CHECK(t->is_cuda() && t->scalar_type() == at::kFloat && t->is_contiguous() && t->dim() == 1 &&
+                    t->size(0) == logits.size(0),
+                "ws1.logp_bwd_f32: lse and g must be contiguous fp32 [T] on the device");
+  }
+  const c10::cuda::CUDAGuard guard(logits.device());
+  Tensor dlogits = at::empty(logits.sizes(), logits.options().dtype(at::kBFloat16));
+  check_launch("logp_bwd_f32", ws1::logp_bwd_f32(logits.data_ptr<float>(), targets.data_ptr<int64_t>(),
+                                                 lse.data_ptr<float>(), g.data_ptr<float>(), bf_mut(dlogits),
+                                                 logits.size(0), logits.size(1), at::cuda::getCurrentCUDAStream()));
+  return dlogits;
+}
+
+// ------------------------------------------------------------------------------------------- attention
+
+void check_table(const char* op, const char* name, const Tensor& t, int64_t rows) {
+  TORCH_CHECK(t.is_cuda() && t.scalar_type() == at::kInt && t.dim() == 1 && t.size(0) == rows && t.is_contiguous(),
+              "ws1.", op, ": ", name, " must be contiguous int32 [", rows, "] on the device");
+}
+
+// q [T, Hq, D]; k, v [keys, Hkv, D] (per sample contiguous from position 0); key_base, n_keys int32 [T]
+std::tuple<Tensor, Tensor> attn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_base,
+                                    const Tensor& n_keys, double scale) {
+  check_bf16("attn_fwd", "q", q);
+  check_bf16("attn_fwd", "k", k);
+  check_bf16("attn_fwd", "v", v);
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && k.sizes() == v.sizes() && k.size(2) == q.size(2),
+              "ws1.attn_fwd: q [T, Hq, D], k and v [keys, Hkv, D]");
+  check_table("attn_fwd", "key_base", key_base, q.size(0));
+  check_table("attn_fwd", "n_keys", n_keys, q.size(0));
+  const c10::cuda::CUDAGuard guard(q.device());
+  Tensor o = at::empty_like(q);
+  Tensor lse = at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat));
+  check_launch("attn_fwd", ws1::attn_fwd(bf(q), bf(k), bf(v), key_base.data_ptr<int32_t>(), n_keys.data_ptr<int32_t>(),
+                                         bf_mut(o), lse.data_ptr<float>(), q.size(0), static_cast<int>(q.size(1)),
+                                         static_cast<int>(k.size(1)), static_cast<int>(q.size(2)),
+                                         static_cast<float>(scale), at::cuda::getCurrentCUDAStream()));
+  return {o, lse};
+}
+
+std::tuple<Tensor, Tensor, Tensor> attn_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                                            const Tensor& dout, const Tensor& lse, const Tensor& key_base,
+                                            const Tensor& n_keys, const Tensor& q_end, double scale) {
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}, {"o", &o},
+                                {"dout", &dout}}) {
+    check_bf16("attn_bwd", name, *t);
+  }
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && k.size(0) == q.size(0) && k.sizes() == v.sizes() &&
+                  o.sizes() == q.sizes() && dout.sizes() == q.sizes(),
+              "ws1.attn_bwd: q, o, dout [T, Hq, D] and k, v [T, Hkv, D]");
+  TORCH_CHECK(lse.is_cuda() && lse.scalar_type() == at::kFloat && lse.is_contiguous() && lse.dim() == 2 &&
+                  lse.size(0) == q.size(0) && lse.size(1) == q.size(1),
+              "ws1.attn_bwd: lse must be contiguous fp32 [T, Hq]");
+  check_table("attn_bwd", "key_base", key_base, q.size(0));
+  check_table("attn_bwd", "n_keys", n_keys, q.size(0));
+  check_table("attn_bwd", "q_end", q_end, q.size(0));
+  const c10::cuda::CUDAGuard guard(q.device());
+  Tensor delta = at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat));
+  Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+  check_launch("attn_bwd", ws1::attn_bwd(bf(q), bf(k), bf(v), bf(o), bf(dout), lse.data_ptr<float>(),
+                                         delta.data_ptr<float>(), key_base.data_ptr<int32_t>(),
+                                         n_keys.data_ptr<int32_t>(), q_end.data_ptr<int32_t>(), bf_mut(dq), bf_mut(dk),
+                                         bf_mut(dv), q.size(0), static_cast<int>(q.size(1)),
+                                         static_cast<int>(k.size(1)), static_cast<int>(q.size(2)),
+                                         static_cast<float>(scale), at::cuda::getCurrentCUDAStream()));
+  return {dq, dk, dv};
+}
+
 // ------------------------------------------------------------------------------------------- fakes (Meta)
 
 Tensor like_meta(const Tensor& x) { return at::empty_like(x); }
@@ -274,6 +377,24 @@ Tensor gemm_meta(const Tensor& a, const Tensor& b, bool b_trans) {
   return at::empty({a.size(0), b_trans ? b.size(0) : b.size(1)}, a.options());
 }
 void gemm_wgrad_meta(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&) {}
+Tensor gemm_f32_out_meta(const Tensor& a, const Tensor& b) {
+  return at::empty({a.size(0), b.size(0)}, a.options().dtype(at::kFloat));
+}
+std::tuple<Tensor, Tensor> logp_fwd_f32_meta(const Tensor& logits, const Tensor&) {
+  return {at::empty({logits.size(0)}, logits.options()), at::empty({logits.size(0)}, logits.options())};
+}
+Tensor logp_bwd_f32_meta(const Tensor& logits, const Tensor&, const Tensor&, const Tensor&) {
+  return at::empty(logits.sizes(), logits.options().dtype(at::kBFloat16));
+}
+std::tuple<Tensor, Tensor> attn_fwd_meta(const Tensor& q, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         double) {
+  return {at::empty_like(q), at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat))};
+}
+std::tuple<Tensor, Tensor, Tensor> attn_bwd_meta(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
+                                                 const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                 const Tensor&, double) {
+  return {at::empty_like(q), at::empty_like(k), at::empty_like(v)};
+}
 
 // ------------------------------------------------------------------------------------------- build record
 
@@ -288,6 +409,7 @@ std::vector<std::tuple<std::string, int, int, int, int64_t, int64_t, int, std::s
   n += ws1::embedding_kernel_infos(infos + n, 32 - n);
   n += ws1::logprob_kernel_infos(infos + n, 32 - n);
   n += ws1::gemm_kernel_infos(infos + n, 32 - n);
+  n += ws1::attention_kernel_infos(infos + n, 32 - n);
   std::vector<std::tuple<std::string, int, int, int, int64_t, int64_t, int, std::string>> out;
   for (int i = 0; i < n; ++i) {
     const auto& a = infos[i].attr;
@@ -317,6 +439,13 @@ TORCH_LIBRARY(ws1, m) {
   m.def("logp_bwd(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> Tensor");
   m.def("gemm(Tensor a, Tensor b, bool b_trans) -> Tensor");
   m.def("gemm_wgrad(Tensor dy, Tensor x, Tensor table, int n_blocks, Tensor(a!) main_grad) -> ()");
+  m.def("gemm_f32_out(Tensor a, Tensor b) -> Tensor");
+  m.def("logp_fwd_f32(Tensor logits, Tensor targets) -> (Tensor, Tensor)");
+  m.def("logp_bwd_f32(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> Tensor");
+  m.def("attn_fwd(Tensor q, Tensor k, Tensor v, Tensor key_base, Tensor n_keys, float scale) -> (Tensor, Tensor)");
+  m.def(
+      "attn_bwd(Tensor q, Tensor k, Tensor v, Tensor o, Tensor dout, Tensor lse, Tensor key_base, Tensor n_keys, "
+      "Tensor q_end, float scale) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(ws1, CUDA, m) {
@@ -334,6 +463,11 @@ TORCH_LIBRARY_IMPL(ws1, CUDA, m) {
   m.impl("logp_bwd", &logp_bwd);
   m.impl("gemm", &gemm);
   m.impl("gemm_wgrad", &gemm_wgrad);
+  m.impl("gemm_f32_out", &gemm_f32_out);
+  m.impl("logp_fwd_f32", &logp_fwd_f32);
+  m.impl("logp_bwd_f32", &logp_bwd_f32);
+  m.impl("attn_fwd", &attn_fwd);
+  m.impl("attn_bwd", &attn_bwd);
 }
 
 TORCH_LIBRARY_IMPL(ws1, Meta, m) {
@@ -351,6 +485,11 @@ TORCH_LIBRARY_IMPL(ws1, Meta, m) {
   m.impl("logp_bwd", &logp_bwd_meta);
   m.impl("gemm", &gemm_meta);
   m.impl("gemm_wgrad", &gemm_wgrad_meta);
+  m.impl("gemm_f32_out", &gemm_f32_out_meta);
+  m.impl("logp_fwd_f32", &logp_fwd_f32_meta);
+  m.impl("logp_bwd_f32", &logp_bwd_f32_meta);
+  m.impl("attn_fwd", &attn_fwd_meta);
+  m.impl("attn_bwd", &attn_bwd_meta);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -23,8 +23,12 @@ constexpr int kTile = 32;    // C tile edge
 constexpr int kStep = 16;    // R per MMA step
 constexpr int kThreads = 128;  // 4 warps: 2 x 2 sub-tiles of 16 x 16
 
+__device__ __forceinline__ void put(bf16* c, int64_t i, float v) { c[i] = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void put(float* c, int64_t i, float v) { c[i] = v; }
+
+template <typename OutT>
 __global__ void __launch_bounds__(kThreads)
-    ws1_gemm_fixed_k(const bf16* __restrict__ a, const bf16* __restrict__ b, bf16* __restrict__ c, int64_t m,
+    ws1_gemm_fixed_k(const bf16* __restrict__ a, const bf16* __restrict__ b, OutT* __restrict__ c, int64_t m,
                      int64_t nc, int64_t r, bool b_trans) {
   __shared__ __align__(32) bf16 as[kTile][kStep];
   __shared__ __align__(32) bf16 bs[kStep][kTile];
@@ -62,7 +66,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = threadIdx.x; i < kTile * kTile; i += kThreads) {
     const int row = i / kTile, col = i % kTile;
     const int64_t gm = m0 + row, gn = n0 + col;
-    if (gm < m && gn < nc) c[gm * nc + gn] = __float2bfloat16_rn(cs[row][col]);
+    if (gm < m && gn < nc) put(c, gm * nc + gn, cs[row][col]);
   }
 }
 
@@ -120,13 +124,24 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-cudaError_t gemm(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t nc, int64_t r, bool b_trans,
-                 cudaStream_t stream) {
+template <typename OutT>
+cudaError_t launch_gemm(const bf16* a, const bf16* b, OutT* c, int64_t m, int64_t nc, int64_t r, bool b_trans,
+                        cudaStream_t stream) {
   if (m == 0 || nc == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((nc + kTile - 1) / kTile), static_cast<unsigned>((m + kTile - 1) / kTile));
   if (grid.y > 65535u) return cudaErrorInvalidValue;
-  ws1_gemm_fixed_k<<<grid, kThreads, 0, stream>>>(a, b, c, m, nc, r, b_trans);
+  ws1_gemm_fixed_k<OutT><<<grid, kThreads, 0, stream>>>(a, b, c, m, nc, r, b_trans);
   return cudaGetLastError();
+}
+
+cudaError_t gemm(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t nc, int64_t r, bool b_trans,
+                 cudaStream_t stream) {
+  return launch_gemm(a, b, c, m, nc, r, b_trans, stream);
+}
+
+cudaError_t gemm_f32_out(const bf16* a, const bf16* b, float* c, int64_t m, int64_t nc, int64_t r, bool b_trans,
+                         cudaStream_t stream) {
+  return launch_gemm(a, b, c, m, nc, r, b_trans, stream);
 }
 
 cudaError_t gemm_wgrad_blocks(const bf16* dy, const bf16* x, const int32_t* table, int n_blocks, float* main_grad,
@@ -139,11 +154,12 @@ cudaError_t gemm_wgrad_blocks(const bf16* dy, const bf16* x, const int32_t* tabl
 }
 
 int gemm_kernel_infos(KernelInfo* out, int cap) {
-  const void* fns[] = {reinterpret_cast<const void*>(ws1_gemm_fixed_k),
+  const void* fns[] = {reinterpret_cast<const void*>(ws1_gemm_fixed_k<bf16>),
+                       reinterpret_cast<const void*>(ws1_gemm_fixed_k<float>),
                        reinterpret_cast<const void*>(ws1_gemm_wgrad_blocks)};
-  const char* names[] = {"ws1_gemm_fixed_k", "ws1_gemm_wgrad_blocks"};
+  const char* names[] = {"ws1_gemm_fixed_k", "ws1_gemm_fixed_k_f32_out", "ws1_gemm_wgrad_blocks"};
   int n = 0;
-  for (int i = 0; i < 2 && n < cap; ++i, ++n) {
+  for (int i = 0; i < 3 && n < cap; ++i, ++n) {
     out[n].name = names[i];
     out[n].err = cudaFuncGetAttributes(&out[n].attr, fns[i]);
   }

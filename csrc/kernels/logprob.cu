@@ -40,60 +40,92 @@ __device__ float block_fold(float v, float* shared, int combine) {
   return out;
 }
 
+__device__ __forceinline__ float f32(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float f32(float x) { return x; }
+
+// InT: bf16 logits (logp) or fp32 logits (linear_logp keeps its logits in fp32)
+template <typename InT>
 __global__ void __launch_bounds__(kThreads)
-    ws1_logp_fwd(const bf16* __restrict__ logits, const int64_t* __restrict__ targets, float* __restrict__ out,
+    ws1_logp_fwd(const InT* __restrict__ logits, const int64_t* __restrict__ targets, float* __restrict__ out,
                  float* __restrict__ lse_out, int64_t vocab) {
   __shared__ float shared[kWarps + 1];
   const int64_t t = blockIdx.x;
-  const bf16* row = logits + t * vocab;
+  const InT* row = logits + t * vocab;
   float m = -INFINITY;
-  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) m = fmaxf(m, __bfloat162float(row[v]));
+  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) m = fmaxf(m, f32(row[v]));
   m = block_fold(m, shared, 0);
   float s = 0.0f;
-  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) s += expf(__bfloat162float(row[v]) - m);
+  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) s += expf(f32(row[v]) - m);
   s = block_fold(s, shared, 1);
   if (threadIdx.x == 0) {
     const float lse = m + logf(s);
     const int64_t target = targets[t];
-    const float x = (target >= 0 && target < vocab) ? __bfloat162float(row[target]) : NAN;
+    const float x = (target >= 0 && target < vocab) ? f32(row[target]) : NAN;
     out[t] = x - lse;
     lse_out[t] = lse;
   }
 }
 
-__global__ void ws1_logp_bwd(const bf16* __restrict__ logits, const int64_t* __restrict__ targets,
+template <typename InT>
+__global__ void ws1_logp_bwd(const InT* __restrict__ logits, const int64_t* __restrict__ targets,
                              const float* __restrict__ lse, const float* __restrict__ g, bf16* __restrict__ dlogits,
                              int64_t vocab) {
   const int64_t t = blockIdx.x;
   const int64_t v = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (v >= vocab) return;
-  const float p = expf(__bfloat162float(logits[t * vocab + v]) - lse[t]);
+  const float p = expf(f32(logits[t * vocab + v]) - lse[t]);
   const float onehot = (v == targets[t]) ? 1.0f : 0.0f;
   dlogits[t * vocab + v] = __float2bfloat16_rn(g[t] * (onehot - p));
+}
+
+
+template <typename InT>
+cudaError_t launch_fwd(const InT* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
+                       int64_t vocab, cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  ws1_logp_fwd<InT><<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(logits, targets, out, lse, vocab);
+  return cudaGetLastError();
+}
+
+template <typename InT>
+cudaError_t launch_bwd(const InT* logits, const int64_t* targets, const float* lse, const float* g, bf16* dlogits,
+                       int64_t tokens, int64_t vocab, cudaStream_t stream) {
+  if (tokens == 0 || vocab == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((vocab + 255) / 256));
+  ws1_logp_bwd<InT><<<grid, 256, 0, stream>>>(logits, targets, lse, g, dlogits, vocab);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t logp_fwd(const bf16* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
                      int64_t vocab, cudaStream_t stream) {
-  if (tokens == 0) return cudaSuccess;
-  ws1_logp_fwd<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(logits, targets, out, lse, vocab);
-  return cudaGetLastError();
+  return launch_fwd(logits, targets, out, lse, tokens, vocab, stream);
+}
+
+cudaError_t logp_fwd_f32(const float* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
+                         int64_t vocab, cudaStream_t stream) {
+  return launch_fwd(logits, targets, out, lse, tokens, vocab, stream);
 }
 
 cudaError_t logp_bwd(const bf16* logits, const int64_t* targets, const float* lse, const float* g, bf16* dlogits,
                      int64_t tokens, int64_t vocab, cudaStream_t stream) {
-  if (tokens == 0 || vocab == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((vocab + 255) / 256));
-  ws1_logp_bwd<<<grid, 256, 0, stream>>>(logits, targets, lse, g, dlogits, vocab);
-  return cudaGetLastError();
+  return launch_bwd(logits, targets, lse, g, dlogits, tokens, vocab, stream);
+}
+
+cudaError_t logp_bwd_f32(const float* logits, const int64_t* targets, const float* lse, const float* g,
+                         bf16* dlogits, int64_t tokens, int64_t vocab, cudaStream_t stream) {
+  return launch_bwd(logits, targets, lse, g, dlogits, tokens, vocab, stream);
 }
 
 int logprob_kernel_infos(KernelInfo* out, int cap) {
-  const void* fns[] = {reinterpret_cast<const void*>(ws1_logp_fwd), reinterpret_cast<const void*>(ws1_logp_bwd)};
-  const char* names[] = {"ws1_logp_fwd", "ws1_logp_bwd"};
+  const void* fns[] = {reinterpret_cast<const void*>(ws1_logp_fwd<bf16>),
+                       reinterpret_cast<const void*>(ws1_logp_bwd<bf16>),
+                       reinterpret_cast<const void*>(ws1_logp_fwd<float>),
+                       reinterpret_cast<const void*>(ws1_logp_bwd<float>)};
+  const char* names[] = {"ws1_logp_fwd", "ws1_logp_bwd", "ws1_logp_fwd_f32", "ws1_logp_bwd_f32"};
   int n = 0;
-  for (int i = 0; i < 2 && n < cap; ++i, ++n) {
+  for (int i = 0; i < 4 && n < cap; ++i, ++n) {
     out[n].name = names[i];
     out[n].err = cudaFuncGetAttributes(&out[n].attr, fns[i]);
   }

@@ -62,14 +62,31 @@ cudaError_t logp_fwd(const bf16* logits, const int64_t* targets, float* out, flo
                      int64_t vocab, cudaStream_t stream);
 cudaError_t logp_bwd(const bf16* logits, const int64_t* targets, const float* lse, const float* g, bf16* dlogits,
                      int64_t tokens, int64_t vocab, cudaStream_t stream);
+// fp32 logits (linear_logp): the same kernels on fp32 input; dlogits still bf16 (the dx and dW GEMMs' input)
+cudaError_t logp_fwd_f32(const float* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
+                         int64_t vocab, cudaStream_t stream);
+cudaError_t logp_bwd_f32(const float* logits, const int64_t* targets, const float* lse, const float* g,
+                         bf16* dlogits, int64_t tokens, int64_t vocab, cudaStream_t stream);
 int logprob_kernel_infos(KernelInfo* out, int cap);
 
 // ---- gemm.cu: C[M, Nc] = A[M, R] . op(B), op(B) = B^T (B [Nc, R]) or B (B [R, Nc]); fp32 accumulation over R
 // in a fixed order; and the weight gradient main_grad[N, K] += dY_b^T X_b over the table's blocks in order
 cudaError_t gemm(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t nc, int64_t r, bool b_trans,
                  cudaStream_t stream);
+cudaError_t gemm_f32_out(const bf16* a, const bf16* b, float* c, int64_t m, int64_t nc, int64_t r, bool b_trans,
+                         cudaStream_t stream);
 cudaError_t gemm_wgrad_blocks(const bf16* dy, const bf16* x, const int32_t* table, int n_blocks, float* main_grad,
                               int64_t n, int64_t k, cudaStream_t stream);
 int gemm_kernel_infos(KernelInfo* out, int cap);
+
+// ---- attention.cu: causal GQA attention, one warp per (query row, head); keys per sample contiguous from
+// position 0 (key_base[t]: the row of the sample's position-0 key; n_keys[t]: the query's position + 1, 0 on pads)
+cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,
+                     bf16* o, float* lse, int64_t rows, int hq, int hkv, int d, float scale, cudaStream_t stream);
+// training calls (no prefix): q_end[j] = one past the last row of key row j's sample (j on pads: no query)
+cudaError_t attn_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout, const float* lse,
+                     float* delta, const int32_t* key_base, const int32_t* n_keys, const int32_t* q_end, bf16* dq,
+                     bf16* dk, bf16* dv, int64_t rows, int hq, int hkv, int d, float scale, cudaStream_t stream);
+int attention_kernel_infos(KernelInfo* out, int cap);
 
 }  // namespace ws1

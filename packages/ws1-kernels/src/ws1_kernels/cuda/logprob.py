@@ -1,7 +1,11 @@
-"""logp (cuda_bf16): the selected-token log-probability of bf16 logits, fp32 out (``torch.ops.ws1.logp_fwd``).
+"""logp and linear_logp (cuda_bf16): selected-token log-probabilities in fp32 (``torch.ops.ws1.logp_fwd``).
 
 One block per row: fixed-order max and sum of ``exp(x - max)`` (the order depends only on V), ``lse`` kept for the
 backward, ``dlogits = g * (onehot - exp(x - lse))`` one element per thread (csrc/kernels/logprob.cu).
+
+linear_logp keeps its logits in fp32: ``gemm_f32_out`` (the det_gemm kernel with an fp32 store), the same row
+kernels on fp32 input, then the bf16 ``dlogits`` through the det_gemm kernels for dx and the sample-block weight
+gradient. It materialises the ``[T, V]`` fp32 logits (the fused, chunked form is later work): correct, not lean.
 """
 
 from __future__ import annotations
@@ -12,10 +16,13 @@ from .. import _validate as v
 from ..backend import OpEntry
 from ..context import LayoutContext
 from ..launches import record
+from ..main_grad import check_main_grad, main_grad_of
 from ..op_checks import check_targets
+from ..row_tables import block_table
 from ._common import check_inputs
 
 KERNEL = "ws1.cuda.logp.rowwise"
+LINEAR_KERNEL = "ws1.cuda.linear_logp.vocabblock"
 
 
 class _Logp(torch.autograd.Function):
@@ -46,6 +53,49 @@ def logp(logits: torch.Tensor, targets: torch.Tensor, ctx: LayoutContext) -> tor
     return _Logp.apply(logits, targets.contiguous())
 
 
+class _LinearLogp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, targets, lctx):  # type: ignore[override]
+        record(LINEAR_KERNEL, "fwd")
+        logits = torch.ops.ws1.gemm_f32_out(x, weight)
+        out, lse = torch.ops.ws1.logp_fwd_f32(logits, targets)
+        ctx.save_for_backward(x, weight, targets, logits, lse)
+        ctx.lctx = lctx
+        return out
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        x, weight, targets, logits, lse = ctx.saved_tensors
+        do_dx, do_dw = bool(ctx.needs_input_grad[0]), bool(ctx.needs_input_grad[1])
+        if not (do_dx or do_dw):
+            return None, None, None, None
+        record(LINEAR_KERNEL, "bwd")
+        dlogits = torch.ops.ws1.logp_bwd_f32(logits, targets, lse, g.float().contiguous())
+        dx = torch.ops.ws1.gemm(dlogits, weight, False) if do_dx else None
+        if do_dw:
+            table = block_table(ctx.lctx, x.shape[0], x.device)
+            mg = main_grad_of(weight)
+            if table.n_blocks:
+                torch.ops.ws1.gemm_wgrad(dlogits, x, table.rows, table.n_blocks, mg)
+        return dx, None, None, None
+
+
+def linear_logp(
+    x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ctx: LayoutContext
+) -> torch.Tensor:
+    """``log_softmax(x W^T)[t, targets[t]]`` with fp32 logits: ``[T,H], [V,H], [T] -> [T]``."""
+    where = "cuda_bf16.linear_logp"
+    v.tensor(where, "x", x, 2, None)
+    v.tensor(where, "weight", weight, 2, None)
+    v.dims(where, "weight", weight, (None, x.shape[1]))
+    check_inputs(where, ctx, x.shape[0], x=x, weight=weight)
+    check_targets(where, targets, weight.shape[0], x.shape[0])
+    if targets.device != x.device:
+        raise v.KernelInputError(f"{where}: targets on {targets.device}, x on {x.device}")
+    check_main_grad(where, weight)
+    return _LinearLogp.apply(x, weight, targets.contiguous(), ctx)
+
+
 # aminmax/_local_scalar_dense: the host check of the target range; _to_copy/clone: g as contiguous fp32;
 # detach: autograd's bookkeeping
 _DECLARED = frozenset(
@@ -59,4 +109,23 @@ _DECLARED = frozenset(
         "aten.detach",
     }
 )
-OPS: dict[str, OpEntry] = {"logp": OpEntry(logp, KERNEL, _DECLARED)}
+_LINEAR_DECLARED = frozenset(
+    {
+        "ws1.gemm_f32_out",
+        "ws1.logp_fwd_f32",
+        "ws1.logp_bwd_f32",
+        "ws1.gemm",
+        "ws1.gemm_wgrad",
+        "aten.aminmax",
+        "aten._local_scalar_dense",
+        "aten._to_copy",
+        "aten.lift_fresh",
+        "aten.zeros",
+        "aten.clone",
+        "aten.detach",
+    }
+)
+OPS: dict[str, OpEntry] = {
+    "logp": OpEntry(logp, KERNEL, _DECLARED),
+    "linear_logp": OpEntry(linear_logp, LINEAR_KERNEL, _LINEAR_DECLARED),
+}
