@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -213,9 +214,14 @@ Tensor logp_bwd(const Tensor& logits, const Tensor& targets, const Tensor& lse, 
 
 // ------------------------------------------------------------------------------------------- gemm
 
-// b_trans: a [M, R], b [Nc, R] -> [M, Nc] (y = x W^T); else a [M, R], b [R, Nc] -> [M, Nc] (dx = dy W)
-Tensor gemm(const Tensor& a, const Tensor& b, bool b_trans) {
+// b_trans: a [M, R], b [Nc, R] -> [M, Nc] (y = x W^T); else a [M, R], b [R, Nc] -> [M, Nc] (dx = dy W);
+// a_lo: the low half of an fp32 A split as hi + lo (a second MMA per step)
+Tensor gemm(const Tensor& a, const Tensor& b, bool b_trans, const std::optional<Tensor>& a_lo) {
   check_bf16("gemm", "a", a);
+  if (a_lo.has_value()) {
+    check_bf16("gemm", "a_lo", *a_lo);
+    TORCH_CHECK(a_lo->sizes() == a.sizes(), "ws1.gemm: a_lo has shape ", a_lo->sizes(), ", a ", a.sizes());
+  }
   check_bf16("gemm", "b", b);
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "ws1.gemm: a and b must be 2-D");
   const int64_t r = a.size(1);
@@ -224,12 +230,18 @@ Tensor gemm(const Tensor& a, const Tensor& b, bool b_trans) {
               b.sizes());
   const c10::cuda::CUDAGuard guard(a.device());
   Tensor c = at::empty({a.size(0), nc}, a.options());
-  check_launch("gemm", ws1::gemm(bf(a), bf(b), bf_mut(c), a.size(0), nc, r, b_trans, at::cuda::getCurrentCUDAStream()));
+  check_launch("gemm", ws1::gemm(bf(a), a_lo.has_value() ? bf(*a_lo) : nullptr, bf(b), bf_mut(c), a.size(0), nc, r,
+                                 b_trans, at::cuda::getCurrentCUDAStream()));
   return c;
 }
 
-void gemm_wgrad(const Tensor& dy, const Tensor& x, const Tensor& table, int64_t n_blocks, const Tensor& main_grad) {
+void gemm_wgrad(const Tensor& dy, const Tensor& x, const Tensor& table, int64_t n_blocks, const Tensor& main_grad,
+                const std::optional<Tensor>& dy_lo) {
   check_bf16("gemm_wgrad", "dy", dy);
+  if (dy_lo.has_value()) {
+    check_bf16("gemm_wgrad", "dy_lo", *dy_lo);
+    TORCH_CHECK(dy_lo->sizes() == dy.sizes(), "ws1.gemm_wgrad: dy_lo has shape ", dy_lo->sizes(), ", dy ", dy.sizes());
+  }
   check_bf16("gemm_wgrad", "x", x);
   TORCH_CHECK(dy.dim() == 2 && x.dim() == 2 && dy.size(0) == x.size(0), "ws1.gemm_wgrad: dy [T, N], x [T, K]");
   TORCH_CHECK(table.is_cuda() && table.scalar_type() == at::kInt && table.dim() == 2 &&
@@ -240,7 +252,8 @@ void gemm_wgrad(const Tensor& dy, const Tensor& x, const Tensor& table, int64_t 
                   main_grad.dim() == 2 && main_grad.size(0) == dy.size(1) && main_grad.size(1) == x.size(1),
               "ws1.gemm_wgrad: main_grad must be contiguous fp32 [", dy.size(1), ", ", x.size(1), "]");
   const c10::cuda::CUDAGuard guard(dy.device());
-  check_launch("gemm_wgrad", ws1::gemm_wgrad_blocks(bf(dy), bf(x), table.data_ptr<int32_t>(), static_cast<int>(n_blocks),
+  check_launch("gemm_wgrad", ws1::gemm_wgrad_blocks(bf(dy), dy_lo.has_value() ? bf(*dy_lo) : nullptr, bf(x),
+                                                    table.data_ptr<int32_t>(), static_cast<int>(n_blocks),
                                                     main_grad.data_ptr<float>(), dy.size(1), x.size(1),
                                                     at::cuda::getCurrentCUDAStream()));
 }
@@ -277,7 +290,8 @@ std::tuple<Tensor, Tensor> logp_fwd_f32(const Tensor& logits, const Tensor& targ
   return {out, lse};
 }
 
-Tensor logp_bwd_f32(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& g) {
+std::tuple<Tensor, Tensor> logp_bwd_f32(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                        const Tensor& g) {
   check_f32_logits("logp_bwd_f32", logits);
   check_ids("logp_bwd_f32", "targets", targets);
   for (const Tensor* t : {&lse, &g}) {
@@ -287,10 +301,12 @@ Tensor logp_bwd_f32(const Tensor& logits, const Tensor& targets, const Tensor& l
   }
   const c10::cuda::CUDAGuard guard(logits.device());
   Tensor dlogits = at::empty(logits.sizes(), logits.options().dtype(at::kBFloat16));
+  Tensor dlogits_lo = at::empty(logits.sizes(), logits.options().dtype(at::kBFloat16));
   check_launch("logp_bwd_f32", ws1::logp_bwd_f32(logits.data_ptr<float>(), targets.data_ptr<int64_t>(),
                                                  lse.data_ptr<float>(), g.data_ptr<float>(), bf_mut(dlogits),
-                                                 logits.size(0), logits.size(1), at::cuda::getCurrentCUDAStream()));
-  return dlogits;
+                                                 bf_mut(dlogits_lo), logits.size(0), logits.size(1),
+                                                 at::cuda::getCurrentCUDAStream()));
+  return {dlogits, dlogits_lo};
 }
 
 // ------------------------------------------------------------------------------------------- attention
@@ -373,18 +389,19 @@ std::tuple<Tensor, Tensor> logp_fwd_meta(const Tensor& logits, const Tensor&) {
           at::empty({logits.size(0)}, logits.options().dtype(at::kFloat))};
 }
 Tensor logp_bwd_meta(const Tensor& logits, const Tensor&, const Tensor&, const Tensor&) { return at::empty_like(logits); }
-Tensor gemm_meta(const Tensor& a, const Tensor& b, bool b_trans) {
+Tensor gemm_meta(const Tensor& a, const Tensor& b, bool b_trans, const std::optional<Tensor>&) {
   return at::empty({a.size(0), b_trans ? b.size(0) : b.size(1)}, a.options());
 }
-void gemm_wgrad_meta(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&) {}
+void gemm_wgrad_meta(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&, const std::optional<Tensor>&) {}
 Tensor gemm_f32_out_meta(const Tensor& a, const Tensor& b) {
   return at::empty({a.size(0), b.size(0)}, a.options().dtype(at::kFloat));
 }
 std::tuple<Tensor, Tensor> logp_fwd_f32_meta(const Tensor& logits, const Tensor&) {
   return {at::empty({logits.size(0)}, logits.options()), at::empty({logits.size(0)}, logits.options())};
 }
-Tensor logp_bwd_f32_meta(const Tensor& logits, const Tensor&, const Tensor&, const Tensor&) {
-  return at::empty(logits.sizes(), logits.options().dtype(at::kBFloat16));
+std::tuple<Tensor, Tensor> logp_bwd_f32_meta(const Tensor& logits, const Tensor&, const Tensor&, const Tensor&) {
+  return {at::empty(logits.sizes(), logits.options().dtype(at::kBFloat16)),
+          at::empty(logits.sizes(), logits.options().dtype(at::kBFloat16))};
 }
 std::tuple<Tensor, Tensor> attn_fwd_meta(const Tensor& q, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                          double) {
@@ -437,11 +454,11 @@ TORCH_LIBRARY(ws1, m) {
   m.def("embedding_bwd(Tensor ids_sorted, Tensor rows, Tensor dy, Tensor(a!) main_grad) -> ()");
   m.def("logp_fwd(Tensor logits, Tensor targets) -> (Tensor, Tensor)");
   m.def("logp_bwd(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> Tensor");
-  m.def("gemm(Tensor a, Tensor b, bool b_trans) -> Tensor");
-  m.def("gemm_wgrad(Tensor dy, Tensor x, Tensor table, int n_blocks, Tensor(a!) main_grad) -> ()");
+  m.def("gemm(Tensor a, Tensor b, bool b_trans, Tensor? a_lo=None) -> Tensor");
+  m.def("gemm_wgrad(Tensor dy, Tensor x, Tensor table, int n_blocks, Tensor(a!) main_grad, Tensor? dy_lo=None) -> ()");
   m.def("gemm_f32_out(Tensor a, Tensor b) -> Tensor");
   m.def("logp_fwd_f32(Tensor logits, Tensor targets) -> (Tensor, Tensor)");
-  m.def("logp_bwd_f32(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> Tensor");
+  m.def("logp_bwd_f32(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> (Tensor, Tensor)");
   m.def("attn_fwd(Tensor q, Tensor k, Tensor v, Tensor key_base, Tensor n_keys, float scale) -> (Tensor, Tensor)");
   m.def(
       "attn_bwd(Tensor q, Tensor k, Tensor v, Tensor o, Tensor dout, Tensor lse, Tensor key_base, Tensor n_keys, "

@@ -6,6 +6,9 @@
 // MMA per warp per step. Every element of C is the same chain of MMAs over the same R steps, whatever M, the
 // tile it falls in or the grid: the order depends only on R. One rounding to bf16 at the end.
 //
+// An A (or dY) given in two bf16 halves (hi + lo, an fp32 operand split: linear_logp's dlogits) gets a second MMA
+// per step into the same accumulator, right after the first: the same fixed order, near fp32 precision.
+//
 // wgrad_blocks: main_grad[N, K] += dY_b^T . X_b for the sample blocks b = 0, 1, ... in order (16 rows each, a
 // host-built table, empty slots zero). A block of 4 warps owns a 32 x 32 tile of main_grad, loads it into the
 // accumulators, and for each block in order issues one MMA (K = 16 rows: one MMA K step), then stores the tile:
@@ -28,9 +31,10 @@ __device__ __forceinline__ void put(float* c, int64_t i, float v) { c[i] = v; }
 
 template <typename OutT>
 __global__ void __launch_bounds__(kThreads)
-    ws1_gemm_fixed_k(const bf16* __restrict__ a, const bf16* __restrict__ b, OutT* __restrict__ c, int64_t m,
-                     int64_t nc, int64_t r, bool b_trans) {
+    ws1_gemm_fixed_k(const bf16* __restrict__ a, const bf16* __restrict__ a_lo, const bf16* __restrict__ b,
+                     OutT* __restrict__ c, int64_t m, int64_t nc, int64_t r, bool b_trans) {
   __shared__ __align__(32) bf16 as[kTile][kStep];
+  __shared__ __align__(32) bf16 as_lo[kTile][kStep];
   __shared__ __align__(32) bf16 bs[kStep][kTile];
   __shared__ __align__(32) float cs[kTile][kTile];
   const int warp = threadIdx.x / 32;
@@ -44,7 +48,9 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = threadIdx.x; i < kTile * kStep; i += kThreads) {
       const int row = i / kStep, k = i % kStep;
       const int64_t gm = m0 + row, gr = r0 + k;
-      as[row][k] = (gm < m && gr < r) ? a[gm * r + gr] : zero;
+      const bool in = gm < m && gr < r;
+      as[row][k] = in ? a[gm * r + gr] : zero;
+      if (a_lo != nullptr) as_lo[row][k] = in ? a_lo[gm * r + gr] : zero;
     }
     for (int i = threadIdx.x; i < kStep * kTile; i += kThreads) {
       const int k = i / kTile, col = i % kTile;
@@ -59,6 +65,10 @@ __global__ void __launch_bounds__(kThreads)
     wmma::load_matrix_sync(fa, &as[wm * 16][0], kStep);
     wmma::load_matrix_sync(fb, &bs[0][wn * 16], kTile);
     wmma::mma_sync(acc, fa, fb, acc);
+    if (a_lo != nullptr) {  // the low half of an fp32 A split as hi + lo (two bf16 terms): the same step, next
+      wmma::load_matrix_sync(fa, &as_lo[wm * 16][0], kStep);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
     __syncthreads();
   }
   wmma::store_matrix_sync(&cs[wm * 16][wn * 16], acc, kTile, wmma::mem_row_major);
@@ -71,9 +81,11 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    ws1_gemm_wgrad_blocks(const bf16* __restrict__ dy, const bf16* __restrict__ x, const int32_t* __restrict__ table,
-                          int n_blocks, float* __restrict__ main_grad, int64_t n, int64_t k) {
+    ws1_gemm_wgrad_blocks(const bf16* __restrict__ dy, const bf16* __restrict__ dy_lo, const bf16* __restrict__ x,
+                          const int32_t* __restrict__ table, int n_blocks, float* __restrict__ main_grad, int64_t n,
+                          int64_t k) {
   __shared__ __align__(32) bf16 as[kTile][kStep];   // dY^T slice: [n][slot]
+  __shared__ __align__(32) bf16 as_lo[kTile][kStep];  // its low half (an fp32 dY split as hi + lo), if any
   __shared__ __align__(32) bf16 bs[kStep][kTile];   // X slice: [slot][k]
   __shared__ __align__(32) float cs[kTile][kTile];
   __shared__ int32_t rows[kWgradBlock];
@@ -97,7 +109,9 @@ __global__ void __launch_bounds__(kThreads)
       const int nn = i / kStep, s = i % kStep;
       const int32_t row = rows[s];
       const int64_t gn = n0 + nn;
-      as[nn][s] = (row >= 0 && gn < n) ? dy[static_cast<int64_t>(row) * n + gn] : zero;
+      const bool in = row >= 0 && gn < n;
+      as[nn][s] = in ? dy[static_cast<int64_t>(row) * n + gn] : zero;
+      if (dy_lo != nullptr) as_lo[nn][s] = in ? dy_lo[static_cast<int64_t>(row) * n + gn] : zero;
     }
     for (int i = threadIdx.x; i < kStep * kTile; i += kThreads) {
       const int s = i / kTile, col = i % kTile;
@@ -111,6 +125,10 @@ __global__ void __launch_bounds__(kThreads)
     wmma::load_matrix_sync(fa, &as[wm * 16][0], kStep);
     wmma::load_matrix_sync(fb, &bs[0][wn * 16], kTile);
     wmma::mma_sync(acc, fa, fb, acc);
+    if (dy_lo != nullptr) {
+      wmma::load_matrix_sync(fa, &as_lo[wm * 16][0], kStep);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
     __syncthreads();
   }
   wmma::store_matrix_sync(&cs[wm * 16][wn * 16], acc, kTile, wmma::mem_row_major);
@@ -125,31 +143,31 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 template <typename OutT>
-cudaError_t launch_gemm(const bf16* a, const bf16* b, OutT* c, int64_t m, int64_t nc, int64_t r, bool b_trans,
-                        cudaStream_t stream) {
+cudaError_t launch_gemm(const bf16* a, const bf16* a_lo, const bf16* b, OutT* c, int64_t m, int64_t nc, int64_t r,
+                        bool b_trans, cudaStream_t stream) {
   if (m == 0 || nc == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((nc + kTile - 1) / kTile), static_cast<unsigned>((m + kTile - 1) / kTile));
   if (grid.y > 65535u) return cudaErrorInvalidValue;
-  ws1_gemm_fixed_k<OutT><<<grid, kThreads, 0, stream>>>(a, b, c, m, nc, r, b_trans);
+  ws1_gemm_fixed_k<OutT><<<grid, kThreads, 0, stream>>>(a, a_lo, b, c, m, nc, r, b_trans);
   return cudaGetLastError();
 }
 
-cudaError_t gemm(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t nc, int64_t r, bool b_trans,
-                 cudaStream_t stream) {
-  return launch_gemm(a, b, c, m, nc, r, b_trans, stream);
+cudaError_t gemm(const bf16* a, const bf16* a_lo, const bf16* b, bf16* c, int64_t m, int64_t nc, int64_t r,
+                 bool b_trans, cudaStream_t stream) {
+  return launch_gemm(a, a_lo, b, c, m, nc, r, b_trans, stream);
 }
 
 cudaError_t gemm_f32_out(const bf16* a, const bf16* b, float* c, int64_t m, int64_t nc, int64_t r, bool b_trans,
                          cudaStream_t stream) {
-  return launch_gemm(a, b, c, m, nc, r, b_trans, stream);
+  return launch_gemm(a, static_cast<const bf16*>(nullptr), b, c, m, nc, r, b_trans, stream);
 }
 
-cudaError_t gemm_wgrad_blocks(const bf16* dy, const bf16* x, const int32_t* table, int n_blocks, float* main_grad,
-                              int64_t n, int64_t k, cudaStream_t stream) {
+cudaError_t gemm_wgrad_blocks(const bf16* dy, const bf16* dy_lo, const bf16* x, const int32_t* table, int n_blocks,
+                              float* main_grad, int64_t n, int64_t k, cudaStream_t stream) {
   if (n_blocks == 0 || n == 0 || k == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((k + kTile - 1) / kTile), static_cast<unsigned>((n + kTile - 1) / kTile));
   if (grid.y > 65535u) return cudaErrorInvalidValue;
-  ws1_gemm_wgrad_blocks<<<grid, kThreads, 0, stream>>>(dy, x, table, n_blocks, main_grad, n, k);
+  ws1_gemm_wgrad_blocks<<<grid, kThreads, 0, stream>>>(dy, dy_lo, x, table, n_blocks, main_grad, n, k);
   return cudaGetLastError();
 }
 

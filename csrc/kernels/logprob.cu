@@ -69,13 +69,16 @@ __global__ void __launch_bounds__(kThreads)
 template <typename InT>
 __global__ void ws1_logp_bwd(const InT* __restrict__ logits, const int64_t* __restrict__ targets,
                              const float* __restrict__ lse, const float* __restrict__ g, bf16* __restrict__ dlogits,
-                             int64_t vocab) {
+                             bf16* __restrict__ dlogits_lo, int64_t vocab) {
   const int64_t t = blockIdx.x;
   const int64_t v = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (v >= vocab) return;
   const float p = expf(f32(logits[t * vocab + v]) - lse[t]);
   const float onehot = (v == targets[t]) ? 1.0f : 0.0f;
-  dlogits[t * vocab + v] = __float2bfloat16_rn(g[t] * (onehot - p));
+  const float d = g[t] * (onehot - p);
+  const bf16 hi = __float2bfloat16_rn(d);
+  dlogits[t * vocab + v] = hi;
+  if (dlogits_lo != nullptr) dlogits_lo[t * vocab + v] = __float2bfloat16_rn(d - __bfloat162float(hi));
 }
 
 
@@ -89,10 +92,10 @@ cudaError_t launch_fwd(const InT* logits, const int64_t* targets, float* out, fl
 
 template <typename InT>
 cudaError_t launch_bwd(const InT* logits, const int64_t* targets, const float* lse, const float* g, bf16* dlogits,
-                       int64_t tokens, int64_t vocab, cudaStream_t stream) {
+                       bf16* dlogits_lo, int64_t tokens, int64_t vocab, cudaStream_t stream) {
   if (tokens == 0 || vocab == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((vocab + 255) / 256));
-  ws1_logp_bwd<InT><<<grid, 256, 0, stream>>>(logits, targets, lse, g, dlogits, vocab);
+  ws1_logp_bwd<InT><<<grid, 256, 0, stream>>>(logits, targets, lse, g, dlogits, dlogits_lo, vocab);
   return cudaGetLastError();
 }
 
@@ -110,12 +113,12 @@ cudaError_t logp_fwd_f32(const float* logits, const int64_t* targets, float* out
 
 cudaError_t logp_bwd(const bf16* logits, const int64_t* targets, const float* lse, const float* g, bf16* dlogits,
                      int64_t tokens, int64_t vocab, cudaStream_t stream) {
-  return launch_bwd(logits, targets, lse, g, dlogits, tokens, vocab, stream);
+  return launch_bwd(logits, targets, lse, g, dlogits, static_cast<bf16*>(nullptr), tokens, vocab, stream);
 }
 
 cudaError_t logp_bwd_f32(const float* logits, const int64_t* targets, const float* lse, const float* g,
-                         bf16* dlogits, int64_t tokens, int64_t vocab, cudaStream_t stream) {
-  return launch_bwd(logits, targets, lse, g, dlogits, tokens, vocab, stream);
+                         bf16* dlogits, bf16* dlogits_lo, int64_t tokens, int64_t vocab, cudaStream_t stream) {
+  return launch_bwd(logits, targets, lse, g, dlogits, dlogits_lo, tokens, vocab, stream);
 }
 
 int logprob_kernel_infos(KernelInfo* out, int cap) {

@@ -65,18 +65,20 @@ cudaError_t logp_bwd(const bf16* logits, const int64_t* targets, const float* ls
 // fp32 logits (linear_logp): the same kernels on fp32 input; dlogits still bf16 (the dx and dW GEMMs' input)
 cudaError_t logp_fwd_f32(const float* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
                          int64_t vocab, cudaStream_t stream);
+// dlogits in two bf16 halves: hi = bf16(d), lo = bf16(d - hi) (the GEMMs take both: near fp32 precision)
 cudaError_t logp_bwd_f32(const float* logits, const int64_t* targets, const float* lse, const float* g,
-                         bf16* dlogits, int64_t tokens, int64_t vocab, cudaStream_t stream);
+                         bf16* dlogits, bf16* dlogits_lo, int64_t tokens, int64_t vocab, cudaStream_t stream);
 int logprob_kernel_infos(KernelInfo* out, int cap);
 
 // ---- gemm.cu: C[M, Nc] = A[M, R] . op(B), op(B) = B^T (B [Nc, R]) or B (B [R, Nc]); fp32 accumulation over R
 // in a fixed order; and the weight gradient main_grad[N, K] += dY_b^T X_b over the table's blocks in order
-cudaError_t gemm(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t nc, int64_t r, bool b_trans,
-                 cudaStream_t stream);
+// a_lo / dy_lo (nullable): the low bf16 half of an fp32 operand split as hi + lo, one more MMA per step
+cudaError_t gemm(const bf16* a, const bf16* a_lo, const bf16* b, bf16* c, int64_t m, int64_t nc, int64_t r,
+                 bool b_trans, cudaStream_t stream);
 cudaError_t gemm_f32_out(const bf16* a, const bf16* b, float* c, int64_t m, int64_t nc, int64_t r, bool b_trans,
                          cudaStream_t stream);
-cudaError_t gemm_wgrad_blocks(const bf16* dy, const bf16* x, const int32_t* table, int n_blocks, float* main_grad,
-                              int64_t n, int64_t k, cudaStream_t stream);
+cudaError_t gemm_wgrad_blocks(const bf16* dy, const bf16* dy_lo, const bf16* x, const int32_t* table, int n_blocks,
+                              float* main_grad, int64_t n, int64_t k, cudaStream_t stream);
 int gemm_kernel_infos(KernelInfo* out, int cap);
 
 // ---- attention.cu: causal GQA attention, one warp per (query row, head); keys per sample contiguous from

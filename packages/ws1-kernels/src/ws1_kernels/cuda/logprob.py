@@ -4,8 +4,8 @@ One block per row: fixed-order max and sum of ``exp(x - max)`` (the order depend
 backward, ``dlogits = g * (onehot - exp(x - lse))`` one element per thread (csrc/kernels/logprob.cu).
 
 linear_logp keeps its logits in fp32: ``gemm_f32_out`` (the det_gemm kernel with an fp32 store), the same row
-kernels on fp32 input, then the bf16 ``dlogits`` through the det_gemm kernels for dx and the sample-block weight
-gradient. It materialises the ``[T, V]`` fp32 logits (the fused, chunked form is later work): correct, not lean.
+kernels on fp32 input, then ``dlogits`` split into two bf16 halves (hi + lo) through the det_gemm kernels for dx
+and the sample-block weight gradient (two MMAs per step: near fp32 precision). It materialises the ``[T, V]`` fp32 logits (the fused, chunked form is later work): correct, not lean.
 """
 
 from __future__ import annotations
@@ -70,13 +70,15 @@ class _LinearLogp(torch.autograd.Function):
         if not (do_dx or do_dw):
             return None, None, None, None
         record(LINEAR_KERNEL, "bwd")
-        dlogits = torch.ops.ws1.logp_bwd_f32(logits, targets, lse, g.float().contiguous())
-        dx = torch.ops.ws1.gemm(dlogits, weight, False) if do_dx else None
+        # fp32 dlogits as two bf16 halves (hi + lo): each GEMM step takes both, near fp32 precision (one bf16
+        # dlogits put the tiny-width long-tier weight gradient 2.4x over the contract's bound)
+        hi, lo = torch.ops.ws1.logp_bwd_f32(logits, targets, lse, g.float().contiguous())
+        dx = torch.ops.ws1.gemm(hi, weight, False, lo) if do_dx else None
         if do_dw:
             table = block_table(ctx.lctx, x.shape[0], x.device)
             mg = main_grad_of(weight)
             if table.n_blocks:
-                torch.ops.ws1.gemm_wgrad(dlogits, x, table.rows, table.n_blocks, mg)
+                torch.ops.ws1.gemm_wgrad(hi, x, table.rows, table.n_blocks, mg, lo)
         return dx, None, None, None
 
 
