@@ -215,12 +215,7 @@ int attention_kernel_infos(KernelInfo* out, int cap) {
                        reinterpret_cast<const void*>(ws1_attn_bwd_dq),
                        reinterpret_cast<const void*>(ws1_attn_bwd_dkv)};
   const char* names[] = {"ws1_attn_fwd", "ws1_attn_bwd_delta", "ws1_attn_bwd_dq", "ws1_attn_bwd_dkv"};
-  int n = 0;
-  for (int i = 0; i < 4 && n < cap; ++i, ++n) {
-    out[n].name = names[i];
-    out[n].err = cudaFuncGetAttributes(&out[n].attr, fns[i]);
-  }
-  return n;
+  return fill_kernel_infos(out, cap, fns, names, 4);
 }
 
 }  // namespace ws1

@@ -55,12 +55,7 @@ int embedding_kernel_infos(KernelInfo* out, int cap) {
   const void* fns[] = {reinterpret_cast<const void*>(ws1_embedding_gather),
                        reinterpret_cast<const void*>(ws1_embedding_bwd_runs)};
   const char* names[] = {"ws1_embedding_gather", "ws1_embedding_bwd_runs"};
-  int n = 0;
-  for (int i = 0; i < 2 && n < cap; ++i, ++n) {
-    out[n].name = names[i];
-    out[n].err = cudaFuncGetAttributes(&out[n].attr, fns[i]);
-  }
-  return n;
+  return fill_kernel_infos(out, cap, fns, names, 2);
 }
 
 }  // namespace ws1

@@ -176,12 +176,7 @@ int gemm_kernel_infos(KernelInfo* out, int cap) {
                        reinterpret_cast<const void*>(ws1_gemm_fixed_k<float>),
                        reinterpret_cast<const void*>(ws1_gemm_wgrad_blocks)};
   const char* names[] = {"ws1_gemm_fixed_k", "ws1_gemm_fixed_k_f32_out", "ws1_gemm_wgrad_blocks"};
-  int n = 0;
-  for (int i = 0; i < 3 && n < cap; ++i, ++n) {
-    out[n].name = names[i];
-    out[n].err = cudaFuncGetAttributes(&out[n].attr, fns[i]);
-  }
-  return n;
+  return fill_kernel_infos(out, cap, fns, names, 3);
 }
 
 }  // namespace ws1

@@ -127,12 +127,7 @@ int logprob_kernel_infos(KernelInfo* out, int cap) {
                        reinterpret_cast<const void*>(ws1_logp_fwd<float>),
                        reinterpret_cast<const void*>(ws1_logp_bwd<float>)};
   const char* names[] = {"ws1_logp_fwd", "ws1_logp_bwd", "ws1_logp_fwd_f32", "ws1_logp_bwd_f32"};
-  int n = 0;
-  for (int i = 0; i < 4 && n < cap; ++i, ++n) {
-    out[n].name = names[i];
-    out[n].err = cudaFuncGetAttributes(&out[n].attr, fns[i]);
-  }
-  return n;
+  return fill_kernel_infos(out, cap, fns, names, 4);
 }
 
 }  // namespace ws1

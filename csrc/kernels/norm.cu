@@ -142,12 +142,7 @@ int norm_kernel_infos(KernelInfo* out, int cap) {
   const void* fns[] = {reinterpret_cast<const void*>(ws1_norm_fwd), reinterpret_cast<const void*>(ws1_norm_bwd_blocks),
                        reinterpret_cast<const void*>(ws1_wgrad_accumulate)};
   const char* names[] = {"ws1_norm_fwd", "ws1_norm_bwd_blocks", "ws1_wgrad_accumulate"};
-  int n = 0;
-  for (int i = 0; i < 3 && n < cap; ++i, ++n) {
-    out[n].name = names[i];
-    out[n].err = cudaFuncGetAttributes(&out[n].attr, fns[i]);
-  }
-  return n;
+  return fill_kernel_infos(out, cap, fns, names, 3);
 }
 
 }  // namespace ws1

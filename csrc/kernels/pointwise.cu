@@ -80,12 +80,7 @@ int pointwise_kernel_infos(KernelInfo* out, int cap) {
                        reinterpret_cast<const void*>(ws1_swiglu_fwd),
                        reinterpret_cast<const void*>(ws1_swiglu_bwd)};
   const char* names[] = {"ws1_silu_fwd", "ws1_silu_bwd", "ws1_swiglu_fwd", "ws1_swiglu_bwd"};
-  int n = 0;
-  for (int i = 0; i < 4 && n < cap; ++i, ++n) {
-    out[n].name = names[i];
-    out[n].err = cudaFuncGetAttributes(&out[n].attr, fns[i]);
-  }
-  return n;
+  return fill_kernel_infos(out, cap, fns, names, 4);
 }
 
 }  // namespace ws1

@@ -48,10 +48,9 @@ cudaError_t rope(const bf16* x, const int64_t* positions, bf16* y, int64_t token
 }
 
 int rope_kernel_infos(KernelInfo* out, int cap) {
-  if (cap < 1) return 0;
-  out[0].name = "ws1_rope_rotate";
-  out[0].err = cudaFuncGetAttributes(&out[0].attr, reinterpret_cast<const void*>(ws1_rope_rotate));
-  return 1;
+  const void* fns[] = {reinterpret_cast<const void*>(ws1_rope_rotate)};
+  const char* names[] = {"ws1_rope_rotate"};
+  return fill_kernel_infos(out, cap, fns, names, 1);
 }
 
 }  // namespace ws1

@@ -25,6 +25,16 @@ struct KernelInfo {
   cudaError_t err;
 };
 
+// Fill `out` (room for `cap`) with the runtime's attributes of `n` kernels; the count written.
+inline int fill_kernel_infos(KernelInfo* out, int cap, const void* const* fns, const char* const* names, int n) {
+  int written = 0;
+  for (int i = 0; i < n && written < cap; ++i, ++written) {
+    out[written].name = names[i];
+    out[written].err = cudaFuncGetAttributes(&out[written].attr, fns[i]);
+  }
+  return written;
+}
+
 // ---- pointwise.cu: silu and swiglu, fp32 math, one element per thread
 cudaError_t silu_fwd(const bf16* x, bf16* y, int64_t n, cudaStream_t stream);
 cudaError_t silu_bwd(const bf16* x, const bf16* dy, bf16* dx, int64_t n, cudaStream_t stream);

@@ -38,9 +38,16 @@ STUBS = {
 }
 
 
-def _parse(src_dir: Path, stubs: Path) -> subprocess.CompletedProcess[str]:
-    from torch.utils.cpp_extension import include_paths
+def _torch_includes() -> list[Path]:
+    """torch's C++ include directories (what torch.utils.cpp_extension.include_paths names, without importing it:
+    that module needs setuptools)."""
+    import torch
 
+    root = Path(torch.__file__).resolve().parent / "include"
+    return [root, root / "torch" / "csrc" / "api" / "include"]
+
+
+def _parse(src_dir: Path, stubs: Path) -> subprocess.CompletedProcess[str]:
     for name, text in STUBS.items():
         (stubs / name).parent.mkdir(parents=True, exist_ok=True)
         (stubs / name).write_text(f"#pragma once\n{text}\n")
@@ -49,7 +56,7 @@ def _parse(src_dir: Path, stubs: Path) -> subprocess.CompletedProcess[str]:
         str(GXX),
         "-std=c++17",
         "-fsyntax-only",
-        *(f"-I{p}" for p in include_paths()),
+        *(f"-I{p}" for p in _torch_includes()),
         f"-I{stubs}",
         f"-I{CUDA_INCLUDE}",
         f"-I{sysconfig.get_paths()['include']}",

@@ -145,29 +145,7 @@ _DECLARED_DET_GEMM = frozenset(
         "aten.zeros",
     }
 )
-_DECLARED_LM_HEAD = frozenset(
-    {
-        "aten._to_copy",
-        "aten.addmm_",
-        "aten.alias",
-        "aten.cat",
-        "aten.clone",
-        "aten.copy_",
-        "aten.detach",
-        "aten.empty",
-        "aten.equal",
-        "aten.index",
-        "aten.lift_fresh",
-        "aten.mm",
-        "aten.new_zeros",
-        "aten.select",
-        "aten.slice",
-        "aten.t",
-        "aten.transpose",
-        "aten.view",
-        "aten.zeros",
-    }
-)
+_DECLARED_LM_HEAD = _DECLARED_DET_GEMM  # the same ops: one path
 
 OPS: dict[str, OpEntry] = {
     "det_gemm": OpEntry(det_gemm, DET_GEMM_KERNEL, _DECLARED_DET_GEMM),

@@ -118,18 +118,7 @@ _DECLARED_SILU = frozenset(
         "aten.rsub",
     }
 )
-_DECLARED_SWIGLU = frozenset(
-    {
-        "aten._to_copy",
-        "aten.add",
-        "aten.detach",
-        "aten.exp",
-        "aten.mul",
-        "aten.neg",
-        "aten.reciprocal",
-        "aten.rsub",
-    }
-)
+_DECLARED_SWIGLU = _DECLARED_SILU  # the same ops: one path
 _DECLARED_ROPE = frozenset(
     {
         "aten._to_copy",
