@@ -92,7 +92,39 @@ def test_proxy_label_needs_a_declared_proxy(factory) -> None:
         c["device"] = dict(CUDA_SM90)
     assert any("declares no arch proxy" in p for p in device_contradictions(doc))
     doc["provenance"]["arch_proxy"] = "sm86 code through the PTX JIT on an sm_90 device"
+    doc["provenance"]["code_objects"] = [{"name": "ws1_silu_fwd", "binary_version": 90, "ptx_version": 86}]
     assert device_contradictions(doc) == []
+
+
+def _proxy_doc(factory, code_objects):
+    doc, _ = _doc(factory)
+    _relabel(doc, doc["axes"]["profiles"][0] + "@sm86-proxy")
+    doc["provenance"].update(
+        device="cuda",
+        capability="sm_90",
+        arch_proxy="sm86 code through the PTX JIT on an sm_90 device",
+        code_objects=code_objects,
+    )
+    for c in doc["cells"]:
+        c["device"] = dict(CUDA_SM90)
+    return doc
+
+
+def test_a_proxy_shard_must_show_sm86_code_ran(factory) -> None:
+    """The label and the declared proxy are words; the runtime's PTX versions are the proof."""
+    doc = _proxy_doc(factory, [])
+    assert any("records no code object" in p for p in device_contradictions(doc))
+    doc["provenance"]["code_objects"] = [{"name": "ws1_silu_fwd", "binary_version": 90, "ptx_version": 90}]
+    assert any("PTX 90, not sm86 code" in p for p in device_contradictions(doc))
+    doc["provenance"]["code_objects"] = [{"name": "ws1_silu_fwd", "binary_version": 90, "ptx_version": 86}]
+    assert device_contradictions(doc) == []
+
+
+def test_a_proxy_cell_that_ran_triton_is_refused(factory) -> None:
+    """Triton compiles for the device's own arch: a Triton shard labelled sm86-proxy would be untrue."""
+    doc = _proxy_doc(factory, [{"name": "ws1_silu_fwd", "binary_version": 90, "ptx_version": 86}])
+    doc["cells"][0]["observed_kernels"] = ["triton:ws1_silu_fwd"]
+    assert any("ran Triton kernels" in p for p in device_contradictions(doc))
 
 
 def test_green_cell_without_device_is_refused(factory) -> None:

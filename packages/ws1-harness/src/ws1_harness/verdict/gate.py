@@ -142,9 +142,33 @@ def device_contradictions(doc: Mapping[str, Any]) -> list[str]:
         elif label.endswith("-proxy"):
             if not prov.get("arch_proxy"):
                 out.append(f"{where}: labelled {label!r} but the shard declares no arch proxy")
+            else:
+                why = proxy_unproven(label, prov, cell)
+                if why is not None:
+                    out.append(f"{where}: labelled {label!r} but {why}")
         elif label != dev["capability"].replace("_", ""):
             out.append(f"{where}: labelled {label!r} but ran on {dev['capability']}")
     return out
+
+
+def proxy_unproven(label: str, prov: Mapping[str, Any], cell: Mapping[str, Any]) -> str | None:
+    """Why a proxy-labelled cell is not shown to have run the named arch's code, or None.
+
+    A proxy run (sm86 PTX JIT-compiled on an sm_90 card) is only a proxy when that code ran. The shard must record
+    the code objects the runtime loaded (`provenance.code_objects`, read off the device) and every one of them
+    must come from the named arch's PTX; a cell that launched Triton kernels is refused outright (Triton compiles
+    for the device's own arch, whatever the label says).
+    """
+    arch = label.split("-", 1)[0].removeprefix("sm")
+    if any(str(k).startswith("triton:") for k in cell.get("observed_kernels") or ()):
+        return "it ran Triton kernels, which Triton compiles for the device's own arch, not sm" + arch
+    objs = prov.get("code_objects") or []
+    if not objs:
+        return "its shard records no code object, so nothing shows that sm" + arch + " code ran"
+    other = sorted({str(o["ptx_version"]) for o in objs} - {arch})
+    if other:
+        return f"its shard's code objects come from PTX {', '.join(other)}, not sm{arch} code"
+    return None
 
 
 def error_detail(raw: Mapping[str, Any]) -> str:

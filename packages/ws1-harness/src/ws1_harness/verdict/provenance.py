@@ -70,11 +70,19 @@ class Provenance:
     # plug-in profiles registered in this process: (profile, module, portable file, sha256 of the source). A
     # plug-in once registered itself as `portable_cpu` and its evidence could not be told from the built-in's.
     plugins: tuple[tuple[str, str, str, str | None], ...] = ()
+    # The ws1 CUDA extension's kernels as the runtime loaded them on this device: (name, binary version, PTX
+    # version). Which code ran, read off the device: an sm86 proxy shows PTX 86 JIT-compiled; a shard that claims
+    # a proxy without it is refused by the gate.
+    code_objects: tuple[tuple[str, int, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["argv"] = list(self.argv)
         d["packages"] = dict(self.packages)
+        d["code_objects"] = [
+            {"name": name, "binary_version": binary, "ptx_version": ptx}
+            for name, binary, ptx in self.code_objects
+        ]
         d["plugins"] = [
             {"profile": profile, "module": module, "file": file, "sha256": digest}
             for profile, module, file, digest in self.plugins
@@ -256,6 +264,18 @@ def _device() -> tuple[str, str, str | None, str | None, str | None]:
     return "cpu", _cpu_name(), None, _nvidia_driver(), cuda
 
 
+def _code_objects() -> tuple[tuple[str, int, int], ...]:
+    """The CUDA extension's kernels as the runtime reports them, when the run side has loaded the extension (read
+    through sys.modules: the verdict side imports no kernels)."""
+    cuda = sys.modules.get("ws1_kernels.cuda")
+    if cuda is None:
+        return ()
+    rows = cuda.kernel_attributes()
+    return tuple(
+        (str(r["name"]), int(r["binary_version"]), int(r["ptx_version"])) for r in rows if not r.get("error")
+    )
+
+
 def collect_provenance(argv: Sequence[str] | None = None) -> Provenance:
     """Collect provenance now. Always call this; never accept provenance from a caller."""
     commit, dirty, src = git_state()
@@ -279,4 +299,5 @@ def collect_provenance(argv: Sequence[str] | None = None) -> Provenance:
         arch_proxy=os.environ.get("WS1_ARCH_PROXY") or None,
         cpu_isa=_cpu_isa(),
         plugins=plugin_sources(),
+        code_objects=_code_objects(),
     )
