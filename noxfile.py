@@ -373,6 +373,8 @@ def _gpu_session(session: nox.Session, name: str) -> None:
         else:
             session.error(f"{name}: expected compute capability {want}, found {have}")
     profiles, tiers, run_tests = _gpu_args(session)
+    if env.get("WS1_ARCH_LABEL") == "sm86-proxy":
+        profiles = _proxy_profiles(session, profiles)
     _install_packages(session, _existing_packages())
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(_build_cuda_extension(session, name)), os.environ.get("PYTHONPATH", "")) if p
@@ -396,6 +398,26 @@ def _gpu_session(session: nox.Session, name: str) -> None:
                 failures.append(problem)
     if failures:
         session.error(f"{name}: not green: {'; '.join(failures)}")
+
+
+#: the profiles whose code a proxy session builds for the named arch (the CUDA extension); Triton and torch's stock
+#: kernels are compiled for the device's own arch, so their shards could never be an sm86 proxy
+PROXY_PROFILES = ("cuda_bf16",)
+
+
+def _proxy_profiles(session: nox.Session, profiles: list[str]) -> list[str]:
+    """The profiles a proxy session runs: a named profile that cannot be a proxy is an error; by default the others
+    are left out, with a warning (the gate would refuse their cells: `proxy_unproven`)."""
+    named = bool(session.posargs) and any(a == "--profile" for a in session.posargs)
+    foreign = [p for p in profiles if p not in PROXY_PROFILES]
+    if named and foreign:
+        session.error(
+            f"{foreign[0]} cannot run as an sm86 proxy: its kernels are compiled for the device's own arch "
+            f"(proxy profiles: {', '.join(PROXY_PROFILES)})"
+        )
+    if foreign:
+        session.warn(f"sm86 proxy: leaving out {', '.join(foreign)} (compiled for the device's own arch)")
+    return [p for p in profiles if p in PROXY_PROFILES]
 
 
 def _build_cuda_extension(session: nox.Session, name: str) -> Path:

@@ -126,3 +126,16 @@ def test_ws1_out_outside_the_checkout_is_made(noxfile, tmp_path: Path) -> None:
     target = tmp_path / "ev" / "cpu_contract"
     assert noxfile.evidence_dir_problem(target) is None  # negative control: the check does not refuse all
     assert target.is_dir()
+
+
+def test_a_proxy_session_runs_only_profiles_whose_code_it_builds(noxfile) -> None:
+    """gpu_sm86 on an sm_90 card: Triton and the stock baseline are left out (their kernels are the device's arch),
+    and naming one of them is a one-line error, never a shard labelled sm86-proxy that is not."""
+    session = FakeSession([])
+    assert noxfile._proxy_profiles(session, list(noxfile.GPU_PROFILES)) == ["cuda_bf16"]
+    assert any("leaving out" in w for w in session.logged)
+    named = FakeSession(["--profile", "triton_cuda_bf16"])
+    assert "cannot run as an sm86 proxy" in _one_line_error(
+        lambda: noxfile._proxy_profiles(named, ["triton_cuda_bf16"])
+    )
+    assert noxfile._proxy_profiles(FakeSession(["--profile", "cuda_bf16"]), ["cuda_bf16"]) == ["cuda_bf16"]

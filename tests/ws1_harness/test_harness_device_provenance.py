@@ -93,6 +93,8 @@ def test_proxy_label_needs_a_declared_proxy(factory) -> None:
     assert any("declares no arch proxy" in p for p in device_contradictions(doc))
     doc["provenance"]["arch_proxy"] = "sm86 code through the PTX JIT on an sm_90 device"
     doc["provenance"]["code_objects"] = [{"name": "ws1_silu_fwd", "binary_version": 90, "ptx_version": 86}]
+    for c in doc["cells"]:
+        c["observed_kernels"] = [k for k in c.get("observed_kernels") or [] if k.startswith("ws1.cuda.")]
     assert device_contradictions(doc) == []
 
 
@@ -107,6 +109,7 @@ def _proxy_doc(factory, code_objects):
     )
     for c in doc["cells"]:
         c["device"] = dict(CUDA_SM90)
+        c["observed_kernels"] = ["ws1.cuda.silu.pointwise"]
     return doc
 
 
@@ -125,6 +128,15 @@ def test_a_proxy_cell_that_ran_triton_is_refused(factory) -> None:
     doc = _proxy_doc(factory, [{"name": "ws1_silu_fwd", "binary_version": 90, "ptx_version": 86}])
     doc["cells"][0]["observed_kernels"] = ["triton:ws1_silu_fwd"]
     assert any("ran Triton kernels" in p for p in device_contradictions(doc))
+
+
+def test_a_proxy_cell_that_ran_stock_kernels_is_refused(factory) -> None:
+    """torch's own kernels are built for the device's arch too: a native cell is no sm86 proxy either."""
+    doc = _proxy_doc(factory, [{"name": "ws1_silu_fwd", "binary_version": 90, "ptx_version": 86}])
+    doc["cells"][0]["observed_kernels"] = ["ws1.native.silu"]
+    assert any(
+        "other than the ws1 CUDA extension's (ws1.native.silu)" in p for p in device_contradictions(doc)
+    )
 
 
 def test_green_cell_without_device_is_refused(factory) -> None:

@@ -151,17 +151,29 @@ def device_contradictions(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+#: kernel ids of the ws1 CUDA extension (csrc/), the only code whose arch a proxy run can choose
+PROXY_KERNELS = "ws1.cuda."
+
+
 def proxy_unproven(label: str, prov: Mapping[str, Any], cell: Mapping[str, Any]) -> str | None:
     """Why a proxy-labelled cell is not shown to have run the named arch's code, or None.
 
     A proxy run (sm86 PTX JIT-compiled on an sm_90 card) is only a proxy when that code ran. The shard must record
     the code objects the runtime loaded (`provenance.code_objects`, read off the device) and every one of them
-    must come from the named arch's PTX; a cell that launched Triton kernels is refused outright (Triton compiles
-    for the device's own arch, whatever the label says).
+    must come from the named arch's PTX; a cell that launched any kernel that is not the ws1 CUDA extension's is
+    refused outright (Triton and torch's stock kernels are compiled for the device's own arch, whatever the
+    label says).
     """
     arch = label.split("-", 1)[0].removeprefix("sm")
-    if any(str(k).startswith("triton:") for k in cell.get("observed_kernels") or ()):
-        return "it ran Triton kernels, which Triton compiles for the device's own arch, not sm" + arch
+    foreign = sorted(
+        {str(k) for k in cell.get("observed_kernels") or () if not str(k).startswith(PROXY_KERNELS)}
+    )
+    if foreign:
+        kind = "Triton kernels" if any(k.startswith("triton:") for k in foreign) else "kernels"
+        return (
+            f"it ran {kind} other than the ws1 CUDA extension's ({foreign[0]}), compiled for the device's own "
+            f"arch, not sm{arch}"
+        )
     objs = prov.get("code_objects") or []
     if not objs:
         return "its shard records no code object, so nothing shows that sm" + arch + " code ran"
