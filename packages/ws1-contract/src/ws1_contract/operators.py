@@ -30,8 +30,6 @@ SOURCE_NAME = "operators.yaml"
 OP_CLASSES: tuple[str, ...] = ("elementwise", "reduction", "gemm", "attention", "logprob")
 ROLES: tuple[str, ...] = ("float", "token_id", "target", "param")
 DTYPES: tuple[str, ...] = ("bfloat16", "float32")
-#: scalar sources an operator call may name: a model-config field, or one derived from them
-DERIVED_SCALARS: tuple[str, ...] = ("inv_sqrt_head_dim",)
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _EXPR = re.compile(r"[A-Za-z0-9_+*() ]+")
 _INIT_KEYS = frozenset({"scale", "fan_in", "offset", "order_probe", "no_grad"})

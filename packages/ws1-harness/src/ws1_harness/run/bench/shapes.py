@@ -24,8 +24,9 @@ DEFAULT_ATTN_SEQ = 1024
 DEFAULT_DECODE_M: tuple[int, ...] = (1, 64, 256)
 DECODE_CACHE = 4096
 
-# A mode of an operator the bench times on its own (its shapes are below, not in the spec): decode attention.
-MODES: Mapping[str, str] = {"attention_decode": "attention"}
+# A bench op that times another operator's candidate in another mode (its shapes are below, not in the spec):
+# bench op -> the registry / manifest operator it runs.
+OPERATOR_OF: Mapping[str, str] = {"attention_decode": "attention"}
 
 
 def bench_ops() -> tuple[str, ...]:
@@ -35,13 +36,11 @@ def bench_ops() -> tuple[str, ...]:
     for name, op in spec.operators().items():
         if op.bench:
             out.append(name)
-            out.extend(mode for mode, of in MODES.items() if of == name)
+            out.extend(mode for mode, of in OPERATOR_OF.items() if of == name)
     return tuple(out)
 
 
 BENCH_OPS: tuple[str, ...] = bench_ops()
-# A bench op that times another operator's candidate in another mode: the registry and manifest name.
-OPERATOR_OF: Mapping[str, str] = MODES
 
 
 def operator_of(op: str) -> str:
