@@ -34,7 +34,7 @@ for s in "$@"; do
             ws1 report "$ev"/triton_cuda_bf16/*.json --out "$ev/triton_cuda_bf16" > /dev/null
             ws1 gate "$ev"/triton_cuda_bf16/*.json | head -40 ;;
     tests)  step tests "${TESTS_LIMIT:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE tests ;;
-    bench)  step bench "${BENCH_LIMIT:-300}" ws1 bench --profile triton_cuda_bf16 --out "$ev/bench" --force ${BENCH_ARGS:-} ;;
+    bench)  step bench "${BENCH_LIMIT:-300}" ws1 bench --profile "${BENCH_PROFILE:-triton_cuda_bf16}" --out "$ev/bench" --force ${BENCH_ARGS:-} ;;
     sdpa)   step sdpa "${SDPA_LIMIT:-240}" python3 ci/sdpa_probe.py --lengths "${SDPA_LENGTHS:-60}" ;;
     calib)  step calib "${CALIB_LIMIT:-300}" python3 ci/calibrate_thresholds.py --device cuda --model qwen3-8b \
               ${CALIB_PROFILES:---profile triton_cuda_bf16 --profile native_torch} --tier short --tier primary --tier long \
@@ -53,7 +53,16 @@ for s in "$@"; do
             done ;;
     tune)   step tune "${TUNE_LIMIT:-240}" python3 ci/tune_kernels.py --out "$ev/tune.json" ${TUNE_ARGS:-} ;;
     script) step "${SCRIPT_NAME:-script}" "${SCRIPT_LIMIT:-240}" bash -c "${SCRIPT:?set SCRIPT}" ;;
-    nox)    step nox "${NOX_LIMIT:-500}" python3 -m nox --no-venv -s gpu_sm90 -- ${NOX_ARGS:-} ;;
+    nox)    step "${NOX_SESSION:-gpu_sm90}" "${NOX_LIMIT:-500}" python3 -m nox --no-venv -s "${NOX_SESSION:-gpu_sm90}" -- ${NOX_ARGS:-} ;;
+    # compute-sanitizer over one forward and backward of every cuda_bf16 kernel at small, odd shapes: the bench
+    # machinery at the tiny widths builds each operator's inputs; only ws1's own kernels are instrumented
+    # (kns=ws1_), every other kernel runs uninstrumented. Needs the extension on PYTHONPATH (SANITIZE_BUILD).
+    sanitize) for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+              step "sanitize-$tool" "${SANITIZE_LIMIT:-240}" env PYTHONPATH="${SANITIZE_BUILD:?set SANITIZE_BUILD}:$PYTHONPATH" \
+                compute-sanitizer --tool "$tool" --kernel-name kns=ws1_ --error-exitcode 1 --print-limit 50 \
+                ws1 bench --profile cuda_bf16 --device cuda --model tiny ${SANITIZE_M:---m 1 --m 7 --m 33} --attn-seq 33 \
+                --warmup-ms 1 --rep-ms 1 --copy-mib 1 --mm-n 64 --out "$ev/sanitize-$tool" --force
+            done ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
 done

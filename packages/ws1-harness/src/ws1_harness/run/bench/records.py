@@ -71,6 +71,8 @@ class Row:
     # train_step / decode_step rows only (bench/steps.py): layers, lengths or cache, the peer's kernels, the
     # path checks; None on operator rows
     step: dict[str, Any] | None = None
+    # forward rows at M = 1 (bench/host.py): each side's host figures; None elsewhere
+    host: dict[str, Any] | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -119,6 +121,20 @@ class Row:
             "peak_mem_bytes": self.peak_mem_bytes,
             "fp32_logits_bytes": self.fp32_logits_bytes,
             "step": self.step,
+            "host": self._host_json(),
+        }
+
+    def _host_json(self) -> dict[str, Any] | None:
+        if self.host is None:
+            return None
+        from ws1_harness.run.bench import host as H
+
+        cand = self.host["candidate"]
+        return {
+            "candidate": cand.to_json(),
+            "peer": self.host["peer"].to_json(),
+            "target_us": H.HOST_TARGET_US,
+            "met": H.judge(cand),
         }
 
 
@@ -285,6 +301,7 @@ def render_markdown(doc: Mapping[str, Any], source: str = "bench") -> str:
                 f"{_gib(r['fp32_logits_bytes'])} |"
             )
     out += _step_section(doc["rows"])
+    out += _host_section(doc["rows"])
     problems = [r for r in doc["rows"] if r["status"] != "ok"]
     if problems:
         out += ["", "## Not measured", ""]
@@ -322,4 +339,37 @@ def _step_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{'; '.join(problems) if problems else 'own kernels only'} |"
         )
     out += ["", f"Weights: {steps[0]['step']['weights']}."]
+    return out
+
+
+def _host_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Forward rows at M = 1 with host figures: issue / eager / graph-replay microseconds per call, each side."""
+    hosts = [r for r in rows if r.get("host")]
+    if not hosts:
+        return []
+    out = [
+        "",
+        f"## Host cost per call (M = 1, forward; target: issue <= {hosts[0]['host']['target_us']:g} us)",
+        "",
+        "issue = wall time to issue one call before any sync (the host's own cost); eager = up to a sync; graph = "
+        "the same calls replayed from one CUDA graph (the device's time). A side that cannot be captured shows why.",
+        "",
+        "| op | shape | cand issue us | cand eager us | cand graph us | peer issue us | peer eager us | "
+        "peer graph us | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cells(h: Mapping[str, Any]) -> list[str]:
+        if h.get("error"):
+            return ["error: " + h["error"], "", ""]
+        graph = _f(h.get("graph_us"), 1) if h.get("graph_us") is not None else f"({h.get('graph_error')})"
+        return [_f(h.get("issue_us"), 1), _f(h.get("eager_us"), 1), graph]
+
+    for r in hosts:
+        h = r["host"]
+        out.append(
+            f"| {r['op']} | {r['shape']} | "
+            + " | ".join(cells(h["candidate"]) + cells(h["peer"]))
+            + f" | {_MET[h['met']]} |"
+        )
     return out

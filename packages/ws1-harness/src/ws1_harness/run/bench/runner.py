@@ -27,6 +27,7 @@ from typing import Any, TextIO
 import torch
 
 from ws1_harness.run.bench import cases as C
+from ws1_harness.run.bench import host as H
 from ws1_harness.run.bench import records as R
 from ws1_harness.run.bench import shapes as S
 from ws1_harness.run.bench import steps as ST
@@ -54,6 +55,12 @@ METHOD = {
         "as one micro-batch reuses it across layers: one sample of M rows; attention: M/S samples of S rows"
     ),
     "step": ST.STEP_METHOD,
+    "host": (
+        f"forward rows at M in {list(H.HOST_MS)}: median of {H.REPEATS} bursts of {H.CALLS} back-to-back calls; "
+        "issue_us = the burst's wall time before any sync per call (the host's own cost, judged against "
+        f"{H.HOST_TARGET_US:g} us), eager_us = up to a device sync, graph_us = one CUDA graph of the same calls "
+        "replayed (the device's time); a call that cannot be captured records the capture's error"
+    ),
     "peak_mem": (
         "CUDA only: torch.cuda.max_memory_allocated() minus memory_allocated() before one probe call (fwd: the "
         "call; bwd: a fresh forward with grad + backward); the candidate's main_grad buffer is allocated before"
@@ -421,6 +428,8 @@ def _measure_point(opts: Options, timer: Timer, cand: Any, p: S.Point, different
             _time_forward(timer, opts.device, "peer", peer_fwd),
         )
     ]
+    if p.m in H.HOST_MS and rows[0].status == "ok":
+        rows[0].host = {"candidate": H.measure(opts.device, cand_fwd), "peer": H.measure(opts.device, peer_fwd)}
     if differentiable:
         main_grad = cand.param_grad_rule == "sample_blocks_main_grad"
         bwd_cand = _time_backward(
