@@ -429,7 +429,10 @@ def _measure_point(opts: Options, timer: Timer, cand: Any, p: S.Point, different
         )
     ]
     if p.m in H.HOST_MS and rows[0].status == "ok":
-        rows[0].host = {"candidate": H.measure(opts.device, cand_fwd), "peer": H.measure(opts.device, peer_fwd)}
+        rows[0].host = {
+            "candidate": H.measure(opts.device, cand_fwd),
+            "peer": H.measure(opts.device, peer_fwd),
+        }
     if differentiable:
         main_grad = cand.param_grad_rule == "sample_blocks_main_grad"
         bwd_cand = _time_backward(
