@@ -18,8 +18,9 @@ from ws1_harness import cli
 
 REPO = Path(__file__).resolve().parents[2]
 EVIDENCE = REPO / "docs" / "evidence"
-#: Matrix evidence files are named `<profile>.<arch>.json` (chain files `chain-...`, bench files `bench-...`).
-MATRIX_NAME = re.compile(r"^[a-z0-9_]+\.sm\d+[a-z]?\.json$")
+#: Matrix evidence files are named `<profile>.<arch>.json`, the arch a proxy label where one ran
+#: (`cuda_bf16.sm86-proxy.json`); chain files `chain-...`, bench files `bench-...`.
+MATRIX_NAME = re.compile(r"^[a-z0-9_]+\.sm\d+[a-z]?(-proxy)?\.json$")
 #: Profiles recorded as a baseline, never gated: expected red.
 BASELINES = frozenset({"native_torch"})
 
@@ -42,6 +43,31 @@ def test_every_committed_matrix_file_gets_the_verdict_it_claims(path: Path) -> N
         assert code == 0, (
             f"{path}: the shipped gate refuses committed evidence (exit {code}); replace the bundle"
         )
+
+
+def test_the_matrix_name_pattern_takes_proxy_shards_and_nothing_else() -> None:
+    """A proxy shard once escaped this test because the pattern had no room for its label."""
+    assert MATRIX_NAME.match("cuda_bf16.sm86-proxy.json") and MATRIX_NAME.match("cuda_bf16.sm90.json")
+    for name in (
+        "chain-triton_cuda_bf16.sm90-L36.json",
+        "bench-cuda_bf16-cuda.json",
+        "cuda_bf16.sm90.partial.json",
+    ):
+        assert not MATRIX_NAME.match(name), name
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        p
+        for p in _matrix_files()
+        if not p.parent.name.endswith("-tiny") and p.name.split(".")[0] not in BASELINES
+    ],
+    ids=lambda p: str(p.relative_to(EVIDENCE)),
+)
+def test_every_full_width_bundle_passes_the_full_gate(path: Path) -> None:
+    """`--full` demands every operator at every tier at full widths: what the bundle index claims."""
+    assert cli.main(["gate", "--full", str(path)]) == 0, path
 
 
 def test_one_current_bundle_per_profile_and_arch() -> None:
