@@ -419,14 +419,14 @@ std::string built_targets() { return WS1_BUILT_TARGETS; }
 
 // name, binaryVersion, ptxVersion, numRegs, sharedSizeBytes, localSizeBytes, maxThreadsPerBlock, error
 std::vector<std::tuple<std::string, int, int, int, int64_t, int64_t, int, std::string>> kernel_attributes() {
-  ws1::KernelInfo infos[32];
-  int n = ws1::pointwise_kernel_infos(infos, 32);
-  n += ws1::norm_kernel_infos(infos + n, 32 - n);
-  n += ws1::rope_kernel_infos(infos + n, 32 - n);
-  n += ws1::embedding_kernel_infos(infos + n, 32 - n);
-  n += ws1::logprob_kernel_infos(infos + n, 32 - n);
-  n += ws1::gemm_kernel_infos(infos + n, 32 - n);
-  n += ws1::attention_kernel_infos(infos + n, 32 - n);
+  ws1::KernelInfo infos[64];
+  int n = ws1::pointwise_kernel_infos(infos, 64);
+  n += ws1::norm_kernel_infos(infos + n, 64 - n);
+  n += ws1::rope_kernel_infos(infos + n, 64 - n);
+  n += ws1::embedding_kernel_infos(infos + n, 64 - n);
+  n += ws1::logprob_kernel_infos(infos + n, 64 - n);
+  n += ws1::gemm_kernel_infos(infos + n, 64 - n);
+  n += ws1::attention_kernel_infos(infos + n, 64 - n);
   std::vector<std::tuple<std::string, int, int, int, int64_t, int64_t, int, std::string>> out;
   for (int i = 0; i < n; ++i) {
     const auto& a = infos[i].attr;

@@ -1,9 +1,10 @@
 """det_gemm and lm_head (cuda_bf16): ``y = x W^T`` on the tensor cores, fp32 accumulation, no split of K.
 
-``torch.ops.ws1.gemm`` (csrc/kernels/gemm.cu): a block owns a 32 x 32 output tile and walks the reduced dim in
-16-wide MMA steps from 0 upward, so an element's bits depend only on K, never on T or the tile it falls in. dx is
-the same kernel on ``dy W`` (reduced over N). The weight gradient walks the call's ``sample_blocks_main_grad``
-blocks in order (``row_tables.block_table``): one MMA per 16-row block into the ``main_grad`` tile it carries.
+``torch.ops.ws1.gemm`` (csrc/kernels/gemm.cu): every element of y is one accumulator fed 16-wide MMA steps over the
+reduced dim from 0 upward, so its bits depend only on K, never on T or the tile it falls in (128 x 128 above 64
+rows, 32 x 64 at or below). dx is the same kernel on ``dy W`` (reduced over N). The weight gradient walks the
+call's ``sample_blocks_main_grad`` blocks in order (``row_tables.block_table``): one MMA per 16-row block into the
+``main_grad`` tile it carries.
 """
 
 from __future__ import annotations
