@@ -20,6 +20,7 @@ import torch
 
 from ws1_harness.run.bench import cases as C
 from ws1_harness.run.bench import runner as R
+from ws1_harness.run.bench.records import BenchInputError
 from ws1_harness.run.bench.timing import one_line
 
 
@@ -41,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         ms=tuple(args.ms or (1, 7, 33)),
         attn_seq=args.attn_seq,
     )
-    plan = R.make_plan(opts)
+    try:
+        plan = R.make_plan(opts)
+    except BenchInputError as exc:  # bad arguments: one line, exit 2
+        print(f"sanitize_cuda: {exc}", file=sys.stderr)
+        return 2
     dev = torch.device(args.device)
     calls = failed = 0
     for op in plan.ops:
