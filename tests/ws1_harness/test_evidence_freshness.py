@@ -1,0 +1,125 @@
+"""Committed GPU evidence cannot go stale unnoticed: a bundle whose profile's sources (its backend, the floors under
+every backend, `csrc/` for the CUDA profiles, the drop-in for chain files) changed after the commit it names fails
+here, with the file and the commit in the message (ws1_harness.verdict.freshness).
+
+A bundle known to be stale is listed in KNOWN_STALE with the reason; an entry there that is in fact fresh fails
+too, so the list cannot outlive the rerun that replaces the bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ws1_harness.verdict import freshness
+
+REPO = Path(__file__).resolve().parents[2]
+EVIDENCE = REPO / "docs" / "evidence"
+MATRIX_NAME = re.compile(r"^([a-z0-9_]+)\.sm\d+[a-z]?(-proxy)?\.json$")
+CHAIN_NAME = re.compile(r"^chain-([a-z0-9_]+)\.sm\d+[a-z]?(-proxy)?-L\d+\.json$")
+#: bundle folder -> why its evidence is behind the code (to be replaced by the next GPU run)
+KNOWN_STALE: dict[str, str] = {
+    "gpu-sm90-c7fbc8a": (
+        "the Triton bundle: triton_ops/embedding.py and norm.py import the row tables from the new floor "
+        "row_tables.py (de3ec39, 47ef390); no kernel changed, but the rule is the files, so it is rerun next"
+    ),
+}
+
+
+def _bundles() -> list[tuple[Path, str, bool]]:
+    out = []
+    for path in sorted(EVIDENCE.rglob("*.json")):
+        m, c = MATRIX_NAME.match(path.name), CHAIN_NAME.match(path.name)
+        if m or c:
+            out.append((path, (m or c).group(1), bool(c)))  # type: ignore[union-attr]
+    return out
+
+
+def _folder(path: Path) -> str:
+    return path.relative_to(EVIDENCE).parts[0]
+
+
+def test_this_is_a_git_checkout_with_history() -> None:
+    """The check needs the history: without it every test below would fail, this says why first."""
+    proc = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert proc.returncode == 0, "not a git checkout: evidence freshness cannot be judged"
+
+
+@pytest.mark.parametrize(
+    ("path", "profile", "chain"),
+    [b for b in _bundles() if _folder(b[0]) not in KNOWN_STALE],
+    ids=lambda x: str(x.relative_to(EVIDENCE)) if isinstance(x, Path) else str(x),
+)
+def test_committed_evidence_is_fresh(path: Path, profile: str, chain: bool) -> None:
+    commit = json.loads(path.read_text())["provenance"]["git_commit"]
+    staleness = freshness.check(REPO, str(path.relative_to(REPO)), profile, commit, chain=chain)
+    assert staleness.changed == (), staleness.message()
+
+
+@pytest.mark.parametrize("folder", sorted(KNOWN_STALE))
+def test_a_known_stale_bundle_is_really_stale(folder: str) -> None:
+    stale = []
+    for path, profile, chain in _bundles():
+        if _folder(path) == folder:
+            commit = json.loads(path.read_text())["provenance"]["git_commit"]
+            stale.append(freshness.check(REPO, path.name, profile, commit, chain=chain).changed)
+    assert stale and all(stale), f"{folder} is fresh (or gone): take it off KNOWN_STALE"
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def toy_repo(tmp_path: Path) -> tuple[Path, str]:
+    """A git repo holding one CUDA kernel file and one floor module, committed once."""
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "config", "user.email", "t@example.invalid")
+    _git(tmp_path, "config", "user.name", "t")
+    kernel = tmp_path / "csrc" / "kernels" / "norm.cu"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("// v1\n")
+    floor = tmp_path / freshness.FLOORS[0]
+    floor.parent.mkdir(parents=True)
+    floor.write_text("# v1\n")
+    (tmp_path / "README.md").write_text("v1\n")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "v1")
+    return tmp_path, _git(tmp_path, "rev-parse", "HEAD")
+
+
+def test_untouched_sources_are_fresh(toy_repo: tuple[Path, str]) -> None:
+    root, commit = toy_repo
+    (root / "README.md").write_text("v2\n")  # not a source of the profile
+    assert freshness.check(root, "ev.json", "cuda_bf16", commit).changed == ()
+
+
+def test_a_planted_kernel_edit_is_stale_and_named(toy_repo: tuple[Path, str]) -> None:
+    root, commit = toy_repo
+    (root / "csrc" / "kernels" / "norm.cu").write_text("// v2\n")
+    st = freshness.check(root, "ev.json", "cuda_bf16", commit)
+    assert st.changed == ("csrc/kernels/norm.cu",)
+    assert "csrc/kernels/norm.cu" in st.message() and commit[:12] in st.message()
+    # the same edit does not touch the Triton profile's sources
+    assert freshness.check(root, "ev.json", "triton_cuda_bf16", commit).changed == ()
+
+
+def test_a_floor_edit_stales_every_profile(toy_repo: tuple[Path, str]) -> None:
+    root, commit = toy_repo
+    (root / freshness.FLOORS[0]).write_text("# v2\n")
+    for profile in ("cuda_bf16", "triton_cuda_bf16", "native_torch"):
+        assert freshness.check(root, "ev.json", profile, commit).changed == (freshness.FLOORS[0],)
+
+
+def test_an_unknown_commit_or_profile_is_an_error_not_a_pass(toy_repo: tuple[Path, str]) -> None:
+    root, commit = toy_repo
+    with pytest.raises(freshness.FreshnessError, match="not in the history"):
+        freshness.check(root, "ev.json", "cuda_bf16", "0" * 40)
+    with pytest.raises(freshness.FreshnessError, match="no source list"):
+        freshness.check(root, "ev.json", "my_plugin_profile", commit)
