@@ -23,6 +23,27 @@ SIGNATURE = {
 }
 
 
+def resource_row(compiled: object, cc: int, warps: int, label: str, tmp: str) -> dict[str, object]:
+    """One compiled kernel's row: shared memory (Triton's metadata), registers and stack (the wheel's cuobjdump)."""
+    import triton
+
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    cubin = Path(tmp) / f"k-{cc}.cubin"
+    cubin.write_bytes(compiled.asm["cubin"])  # type: ignore[attr-defined]
+    usage = subprocess.run(
+        [str(cuobjdump), "--dump-resource-usage", str(cubin)], capture_output=True, text=True, check=True
+    ).stdout
+    regs, stack = re.search(r"REG:(\d+)", usage), re.search(r"STACK:(\d+)", usage)
+    return {
+        "tile": label,
+        "warps": warps,
+        "cc": cc,
+        "shared": int(compiled.metadata.shared),  # type: ignore[attr-defined]
+        "registers": int(regs.group(1)) if regs else -1,
+        "stack": int(stack.group(1)) if stack else 0,
+    }
+
+
 def measure() -> list[dict[str, object]]:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -30,7 +51,6 @@ def measure() -> list[dict[str, object]]:
 
     from ws1_kernels.triton_ops import gemm as G
 
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     tables = [G.DEFAULT_TABLE, *G.FWD_TABLES.values(), *G.DX_TABLES.values()]
     tiles = sorted({tile for table in tables for _, tile in table.buckets}, key=repr)
     out: list[dict[str, object]] = []
@@ -48,25 +68,7 @@ def measure() -> list[dict[str, object]]:
                 src = ASTSource(fn=G.ws1_gemm_fixed_k, signature=SIGNATURE, constexprs=consts)
                 opts = {"num_warps": tile.num_warps, "num_stages": tile.num_stages}
                 kernel = triton.compile(src, target=GPUTarget("cuda", cc, 32), options=opts)
-                cubin = Path(tmp) / f"tile-{cc}.cubin"
-                cubin.write_bytes(kernel.asm["cubin"])
-                usage = subprocess.run(
-                    [str(cuobjdump), "--dump-resource-usage", str(cubin)],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout
-                regs, stack = re.search(r"REG:(\d+)", usage), re.search(r"STACK:(\d+)", usage)
-                out.append(
-                    {
-                        "tile": repr(tile),
-                        "warps": tile.num_warps,
-                        "cc": cc,
-                        "shared": int(kernel.metadata.shared),
-                        "registers": int(regs.group(1)) if regs else -1,
-                        "stack": int(stack.group(1)) if stack else 0,
-                    }
-                )
+                out.append(resource_row(kernel, cc, tile.num_warps, repr(tile), tmp))
     return out
 
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
-from pathlib import Path
 from typing import Any
+
+from triton_arch_measure import resource_row
 
 ARCHS = (80, 86, 89, 90)
 ROWS = (16, 640)  # a decode-sized and a prefill-sized call: tiles that follow M are seen on both sides
@@ -126,7 +125,6 @@ def measure() -> list[dict[str, object]]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     out: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for launch in record_launches():
@@ -135,26 +133,9 @@ def measure() -> list[dict[str, object]]:
             for cc in ARCHS:
                 src = ASTSource(fn=kernel, signature=launch["signature"], constexprs=launch["constexprs"])
                 compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32), options=opts)
-                cubin = Path(tmp) / f"k-{cc}.cubin"
-                cubin.write_bytes(compiled.asm["cubin"])
-                usage = subprocess.run(
-                    [str(cuobjdump), "--dump-resource-usage", str(cubin)],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout
-                regs, stack = re.search(r"REG:(\d+)", usage), re.search(r"STACK:(\d+)", usage)
                 consts = {k: v for k, v in launch["constexprs"].items() if v is not None}
-                out.append(
-                    {
-                        "tile": f"{kernel.fn.__name__} {consts}",
-                        "warps": int(opts.get("num_warps", 4)),
-                        "cc": cc,
-                        "shared": int(compiled.metadata.shared),
-                        "registers": int(regs.group(1)) if regs else -1,
-                        "stack": int(stack.group(1)) if stack else 0,
-                    }
-                )
+                label = f"{kernel.fn.__name__} {consts}"
+                out.append(resource_row(compiled, cc, int(opts.get("num_warps", 4)), label, tmp))
     return out
 
 
