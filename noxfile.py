@@ -510,12 +510,32 @@ def shard_args_problem(args: list[str]) -> str | None:
     return None
 
 
+def split_expect(args: list[str]) -> tuple[list[str], list[str]]:
+    """(`--expect P@A` values, the rest) of the gate session's arguments."""
+    expects: list[str] = []
+    rest: list[str] = []
+    it = iter(args)
+    for arg in it:
+        if arg == "--expect":
+            expects.append(next(it, ""))
+        else:
+            rest.append(arg)
+    return expects, rest
+
+
 @nox.session(default=False)
 def gate(session: nox.Session) -> None:
-    """Merge the shards named in the arguments and gate the result (`nox -s gate -- a.json b.json`)."""
-    if not session.posargs:
-        session.error("gate: name the shard files: nox -s gate -- SHARD.json ...")
-    problem = shard_args_problem(session.posargs)  # before minutes of installing torch
+    """Merge the shards named in the arguments and gate the result.
+
+    `nox -s gate -- a.json b.json --expect cuda_bf16@sm90 --expect cuda_bf16@sm86-proxy`: each `--expect` names a
+    profile@arch the run promised; the merged verdict is red if no shard holds it.
+    """
+    expects, shards = split_expect(list(session.posargs))
+    if not shards:
+        session.error("gate: name the shard files: nox -s gate -- SHARD.json ... [--expect PROFILE@ARCH]")
+    if "" in expects:
+        session.error("gate: --expect needs PROFILE@ARCH")
+    problem = shard_args_problem(shards)  # before minutes of installing torch
     if problem is not None:
         session.error(f"gate: {problem}")
     if session.venv_backend != "none":
@@ -525,10 +545,11 @@ def gate(session: nox.Session) -> None:
     merged = out / "merged.json"
     # the contract and manifest of this checkout: the gate compares the evidence's fingerprints with them
     refs = ["--contract", str(ROOT / "contracts" / "tolerance.json"), "--manifest", str(MANIFEST)]
-    session.run("ws1", "merge", *session.posargs, "--out", str(merged), "--force", external=True)
+    expect_args = [a for e in expects for a in ("--expect", e)]
+    session.run("ws1", "merge", *shards, "--out", str(merged), "--force", external=True)
     session.run("ws1", "report", str(merged), "--out", str(out), external=True)
     session.run(
-        "ws1", "gate", "--full", *refs, str(merged), external=True
+        "ws1", "gate", "--full", *expect_args, *refs, str(merged), external=True
     )  # every operator, tier, full widths
 
 

@@ -135,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="red unless every profile (or, in a ws1 chain file, the file) has a chain cell",
     )
+    t.add_argument(
+        "--expect",
+        action="append",
+        metavar="PROFILE@ARCH",
+        help="red unless a shard holds this profile at this arch (repeatable; e.g. cuda_bf16@sm86-proxy)",
+    )
     t.add_argument("--contract", help="contract the evidence must name (default: the shipped one)")
     t.add_argument("--manifest", help="manifest the evidence must name (default: the shipped one)")
 
@@ -228,6 +234,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         require_clean=args.require_clean,
         full=args.full,
         require_chain=args.require_chain,
+        expect_profiles=tuple(args.expect or ()),
         contract=args.contract,
         manifest=args.manifest,
     )

@@ -32,7 +32,7 @@ No torch is imported here.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from ws1_harness.verdict import chain_rejudge as _chain
 from ws1_harness.verdict import inventory as _inventory
 from ws1_harness.verdict import rejudge as _rejudge
 from ws1_harness.verdict.cells import CellError, CellKey, ExpectedCell, cell_key_of
+from ws1_harness.verdict.environments import environment_lines
 from ws1_harness.verdict.evidence import (
     DigestError,
     EvidenceError,
@@ -294,6 +295,7 @@ def gate(
     contract: str | Path | None = None,
     manifest: str | Path | None = None,
     require_chain: bool = False,
+    expect_profiles: Sequence[str] = (),
 ) -> GateResult:
     """Judge an evidence document (or file). `expected_cells` overrides the set derived from the axes.
 
@@ -301,6 +303,8 @@ def gate(
     ones). `full` requires the complete cell set (every operator and tier of the manifest at the full model's
     widths, every judgment, no shard, no absent optional cell). Chain cells present are always judged;
     `require_chain` makes every profile on the axes (or, in a file without matrix axes, the file) need one.
+    `expect_profiles` (`profile@arch`, e.g. `cuda_bf16@sm86-proxy`) names what the run's plan promised: one that
+    no shard holds is red, so a merge that lost a shard cannot pass on the shards it kept.
     """
     if source is None:
         source = str(evidence) if isinstance(evidence, (str, Path)) else "evidence"
@@ -311,6 +315,9 @@ def gate(
                 "bad_input",
                 f"--expect-commit {expect_commit!r}: not a commit (7 to 40 hex digits, as git prints)",
             )
+    for want in expect_profiles:
+        if not re.fullmatch(r"[a-z0-9_]+@[a-z0-9_-]+", want):
+            return _bad_input("bad_input", f"--expect {want!r}: not profile@arch (e.g. cuda_bf16@sm90)")
     try:
         ref = reference if reference is not None else load_reference(contract, manifest)
     except GateReferenceError as exc:
@@ -328,6 +335,18 @@ def gate(
     if matrix.n_green_required == 0 and n_chain["green"] == 0:
         problems.append(Problem("red", "no_green", "no executed green required cell"))
     problems += _inventory_problems(doc)
+    present = set(doc["axes"]["profiles"]) | {
+        c.get("profile") for c in doc["chain_cells"] if c.get("profile")
+    }
+    for want in expect_profiles:
+        if want not in present:
+            problems.append(
+                Problem(
+                    "red",
+                    "expected_missing",
+                    f"--expect {want}: no shard holds it (present: {sorted(present)})",
+                )
+            )
 
     if not doc["axes"]["operators"] and doc["chain_cells"]:
         matrix_gaps = ["no matrix cell"]  # a `ws1 chain` file: the chain alone, said once
@@ -360,6 +379,7 @@ def gate(
         lines.append(f"  [{p.kind}] {p.message}")
     if len(problems) > _MAX_PROBLEM_LINES:
         lines.append(f"  ... and {len(problems) - _MAX_PROBLEM_LINES} more")
+    lines += environment_lines(doc)
     return GateResult(code, tuple(lines), tuple(problems), gaps)
 
 

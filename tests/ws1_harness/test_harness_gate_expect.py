@@ -1,0 +1,59 @@
+"""`ws1 gate --expect PROFILE@ARCH` and the environments it prints, on the committed CUDA shards (sm90 and the sm86
+proxy of one commit): a merge that lost a shard cannot pass on the shards it kept, and the gate names what differs
+between the shards' environments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ws1_harness.cli import main
+from ws1_harness.verdict.environments import differences, environment_lines
+from ws1_harness.verdict.evidence import load_evidence
+
+EVIDENCE = Path(__file__).resolve().parents[2] / "docs" / "evidence"
+SM90 = sorted(EVIDENCE.glob("cuda-sm90-*/cuda_bf16/cuda_bf16.sm90.json"))
+PROXY = sorted(EVIDENCE.glob("cuda-sm86proxy-*/cuda_bf16/cuda_bf16.sm86-proxy.json"))
+BOTH = ["--expect", "cuda_bf16@sm90", "--expect", "cuda_bf16@sm86-proxy"]
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    assert len(SM90) == 1 and len(PROXY) == 1, (SM90, PROXY)
+    out = tmp_path_factory.mktemp("merged") / "merged.json"
+    assert main(["merge", str(SM90[0]), str(PROXY[0]), "--out", str(out)]) == 0
+    return out
+
+
+def test_the_merge_of_both_shards_passes_with_both_expected(
+    merged: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["gate", "--full", *BOTH, str(merged)]) == 0
+    out = capsys.readouterr().out
+    assert "differ: code_objects: 90/90" in out and "90/86" in out
+
+
+def test_a_lost_shard_is_red_when_expected(capsys: pytest.CaptureFixture) -> None:
+    assert main(["gate", "--full", str(SM90[0])]) == 0  # control: alone it passes
+    assert main(["gate", "--full", *BOTH, str(SM90[0])]) == 1
+    assert "--expect cuda_bf16@sm86-proxy: no shard holds it" in capsys.readouterr().out
+
+
+def test_a_malformed_expectation_is_bad_input(capsys: pytest.CaptureFixture) -> None:
+    assert main(["gate", "--expect", "cuda_bf16", str(SM90[0])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not profile@arch" in err
+
+
+def test_environments_name_each_shard_and_only_real_differences(merged: Path) -> None:
+    doc = load_evidence(merged)
+    lines = environment_lines(doc)
+    assert lines[0] == "environments:" and sum(line.startswith("  cuda_bf16.") for line in lines) == 2
+    same = [
+        ("a.json", {"torch": "2.11.0", "code_objects": []}),
+        ("b.json", {"torch": "2.11.0", "code_objects": []}),
+    ]
+    assert differences(same) == []  # negative control: equal environments report nothing
+    other = [same[0], ("b.json", {"torch": "2.13.0", "code_objects": []})]
+    assert differences(other) == ["  differ: torch: 2.11.0 (a.json); 2.13.0 (b.json)"]
