@@ -142,7 +142,9 @@ def test_a_proxy_session_runs_only_profiles_whose_code_it_builds(noxfile) -> Non
 
 
 def test_gate_session_takes_expectations_apart_from_shards(noxfile) -> None:  # type: ignore[no-untyped-def]
-    expects, rest = noxfile.split_expect(["a.json", "--expect", "cuda_bf16@sm90", "b.json", "--expect", "x@y"])
+    expects, rest = noxfile.split_expect(
+        ["a.json", "--expect", "cuda_bf16@sm90", "b.json", "--expect", "x@y"]
+    )
     assert expects == ["cuda_bf16@sm90", "x@y"] and rest == ["a.json", "b.json"]
     # control: a dangling --expect is kept as an empty value (the session refuses it), never swallowed silently
     assert noxfile.split_expect(["a.json", "--expect"]) == ([""], ["a.json"])
