@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -149,6 +150,14 @@ def lint(session: nox.Session) -> None:
     _install_packages(session, ["ws1-contract"])
     for pkg in TYPED_PACKAGES:
         session.run("mypy", "-p", pkg)
+    # the workflows: the project's rules always (also a pytest test), actionlint's syntax check where installed
+    session.run("python", str(ROOT / "ci" / "check_workflows.py"))
+    if shutil.which("actionlint"):
+        session.run("actionlint", external=True)
+    else:
+        session.warn(
+            "actionlint is not installed here: the workflows' syntax was not linted (only ci/check_workflows.py)"
+        )
 
 
 @nox.session(tags=["ci"])

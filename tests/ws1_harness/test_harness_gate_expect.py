@@ -38,10 +38,12 @@ def test_a_lost_shard_is_red_when_expected(capsys: pytest.CaptureFixture) -> Non
     assert main(["gate", "--full", str(SM90[0])]) == 0  # control: alone it passes
     assert main(["gate", "--full", *BOTH, str(SM90[0])]) == 1
     assert "--expect cuda_bf16@sm86-proxy: no shard holds it" in capsys.readouterr().out
+    # a CPU shard's profile carries no arch: a bare name is a valid expectation, and this file lacks it
+    assert main(["gate", "--expect", "portable_cpu", str(SM90[0])]) == 1
 
 
 def test_a_malformed_expectation_is_bad_input(capsys: pytest.CaptureFixture) -> None:
-    assert main(["gate", "--expect", "cuda_bf16", str(SM90[0])]) == 2
+    assert main(["gate", "--expect", "cuda_bf16@", str(SM90[0])]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not profile@arch" in err
 

@@ -303,7 +303,7 @@ def gate(
     ones). `full` requires the complete cell set (every operator and tier of the manifest at the full model's
     widths, every judgment, no shard, no absent optional cell). Chain cells present are always judged;
     `require_chain` makes every profile on the axes (or, in a file without matrix axes, the file) need one.
-    `expect_profiles` (`profile@arch`, e.g. `cuda_bf16@sm86-proxy`) names what the run's plan promised: one that
+    `expect_profiles` (`profile@arch`, e.g. `cuda_bf16@sm86-proxy`, or a bare profile for a CPU shard) names what the run's plan promised: one that
     no shard holds is red, so a merge that lost a shard cannot pass on the shards it kept.
     """
     if source is None:
@@ -316,8 +316,11 @@ def gate(
                 f"--expect-commit {expect_commit!r}: not a commit (7 to 40 hex digits, as git prints)",
             )
     for want in expect_profiles:
-        if not re.fullmatch(r"[a-z0-9_]+@[a-z0-9_-]+", want):
-            return _bad_input("bad_input", f"--expect {want!r}: not profile@arch (e.g. cuda_bf16@sm90)")
+        if not re.fullmatch(r"[a-z0-9_]+(@[a-z0-9_-]+)?", want):
+            return _bad_input(
+                "bad_input",
+                f"--expect {want!r}: not profile@arch (e.g. cuda_bf16@sm90; a CPU shard: portable_cpu)",
+            )
     try:
         ref = reference if reference is not None else load_reference(contract, manifest)
     except GateReferenceError as exc:
