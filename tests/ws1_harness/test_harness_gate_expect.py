@@ -59,3 +59,21 @@ def test_environments_name_each_shard_and_only_real_differences(merged: Path) ->
     assert differences(same) == []  # negative control: equal environments report nothing
     other = [same[0], ("b.json", {"torch": "2.13.0", "code_objects": []})]
     assert differences(other) == ["  differ: torch: 2.11.0 (a.json); 2.13.0 (b.json)"]
+
+
+def test_the_report_says_where_the_arches_disagree(merged: Path) -> None:
+    from ws1_harness.verdict.report import arch_disagreements, render_markdown
+
+    doc = load_evidence(merged)
+    multi, cells = arch_disagreements(doc)
+    assert multi == {"cuda_bf16": ["sm86-proxy", "sm90"]} and cells == []
+    assert "`cuda_bf16` on sm86-proxy, sm90: every cell agrees" in render_markdown(doc, "m.json")
+    # negative control: one cell red on one arch only is listed, with both statuses
+    flipped = dict(doc)
+    flipped["cells"] = [dict(c) for c in doc["cells"]]
+    victim = next(
+        c for c in flipped["cells"] if c["profile"] == "cuda_bf16@sm86-proxy" and c["status"] == "green"
+    )
+    victim["status"] = "red"
+    _, cells = arch_disagreements(flipped)
+    assert len(cells) == 1 and cells[0]["statuses"] == {"sm86-proxy": "red", "sm90": "green"}

@@ -180,6 +180,7 @@ def render_markdown(doc: Mapping[str, Any], source: str = "evidence") -> str:
             entries.append(GLYPH[status] + (f" {reason}" if reason else ""))
         out.append(f"| {profile} | {op} | " + " | ".join(entries) + " |")
     out.append("")
+    out += _arch_section(doc)
     out += _chain_section(doc)
     out += _margin_section(doc)
     out += _mismatch_section(doc)
@@ -375,6 +376,53 @@ def _mismatch_section(doc: Mapping[str, Any]) -> list[str]:
         )
     if len(rows) > 200:
         out.append(f"| ... {len(rows) - 200} more | | | | | | | |")
+    out.append("")
+    return out
+
+
+def arch_disagreements(doc: Mapping[str, Any]) -> tuple[dict[str, list[str]], list[dict[str, Any]]]:
+    """Where one profile's shards on different arches (`cuda_bf16@sm90`, `cuda_bf16@sm86-proxy`) give a cell
+    different statuses: ({profile: [its arches]} for profiles seen on two or more, [one entry per such cell])."""
+    arches: dict[str, list[str]] = {}
+    for label in doc["axes"]["profiles"]:
+        base, _, arch = label.partition("@")
+        arches.setdefault(base, []).append(arch or "host")
+    multi = {base: sorted(a) for base, a in arches.items() if len(a) > 1}
+    by_cell: dict[tuple[str, str, str, str], dict[str, str]] = {}
+    for cell in doc["cells"]:
+        base, _, arch = cell["profile"].partition("@")
+        if base in multi:
+            key = (base, cell["operator"], cell["tier"], cell["judgment"])
+            by_cell.setdefault(key, {})[arch or "host"] = cell["status"]
+    out = [
+        {
+            "profile": k[0],
+            "operator": k[1],
+            "tier": k[2],
+            "judgment": k[3],
+            "statuses": dict(sorted(v.items())),
+        }
+        for k, v in sorted(by_cell.items())
+        if len(set(v.values())) > 1 or len(v) < len(multi[k[0]])
+    ]
+    return multi, out
+
+
+def _arch_section(doc: Mapping[str, Any]) -> list[str]:
+    multi, cells = arch_disagreements(doc)
+    if not multi:
+        return []
+    out = ["## Where the arches disagree", ""]
+    for base, archs in multi.items():
+        n = sum(c["profile"] == base for c in cells)
+        out.append(
+            f"- `{base}` on {', '.join(archs)}: " + ("every cell agrees" if not n else f"{n} cells differ")
+        )
+    if cells:
+        out += ["", "| profile | operator | tier | judgment | status per arch |", "|---|---|---|---|---|"]
+        for c in cells[:_MAX_PROBLEMS]:
+            per = ", ".join(f"{a}: {s}" for a, s in c["statuses"].items())
+            out.append(f"| {c['profile']} | {c['operator']} | {c['tier']} | {c['judgment']} | {per} |")
     out.append("")
     return out
 
