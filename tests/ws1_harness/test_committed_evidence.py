@@ -9,24 +9,19 @@ a gate call that could only pass would prove nothing).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
+from evidence_files import EVIDENCE, MATRIX_NAME, matrix_files
 
 from ws1_harness import cli
 
-REPO = Path(__file__).resolve().parents[2]
-EVIDENCE = REPO / "docs" / "evidence"
-#: Matrix evidence files are named `<profile>.<arch>.json`, the arch a proxy label where one ran
-#: (`cuda_bf16.sm86-proxy.json`); chain files `chain-...`, bench files `bench-...`.
-MATRIX_NAME = re.compile(r"^[a-z0-9_]+\.sm\d+[a-z]?(-proxy)?\.json$")
 #: Profiles recorded as a baseline, never gated: expected red.
 BASELINES = frozenset({"native_torch"})
 
 
 def _matrix_files() -> list[Path]:
-    return sorted(p for p in EVIDENCE.rglob("*.json") if MATRIX_NAME.match(p.name))
+    return matrix_files()
 
 
 def test_there_is_committed_gpu_evidence() -> None:

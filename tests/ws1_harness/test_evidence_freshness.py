@@ -9,18 +9,14 @@ too, so the list cannot outlive the rerun that replaces the bundle.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
+from evidence_files import EVIDENCE, REPO, evidence_files
 
 from ws1_harness.verdict import freshness
 
-REPO = Path(__file__).resolve().parents[2]
-EVIDENCE = REPO / "docs" / "evidence"
-MATRIX_NAME = re.compile(r"^([a-z0-9_]+)\.sm\d+[a-z]?(-proxy)?\.json$")
-CHAIN_NAME = re.compile(r"^chain-([a-z0-9_]+)\.sm\d+[a-z]?(-proxy)?-L\d+\.json$")
 #: bundle folder -> why its evidence is behind the code (to be replaced by the next GPU run)
 KNOWN_STALE: dict[str, str] = {
     "gpu-sm90-c7fbc8a": (
@@ -31,12 +27,7 @@ KNOWN_STALE: dict[str, str] = {
 
 
 def _bundles() -> list[tuple[Path, str, bool]]:
-    out = []
-    for path in sorted(EVIDENCE.rglob("*.json")):
-        m, c = MATRIX_NAME.match(path.name), CHAIN_NAME.match(path.name)
-        if m or c:
-            out.append((path, (m or c).group(1), bool(c)))  # type: ignore[union-attr]
-    return out
+    return evidence_files()
 
 
 def _folder(path: Path) -> str:

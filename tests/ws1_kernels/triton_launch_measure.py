@@ -80,11 +80,8 @@ def record_launches() -> list[dict[str, Any]]:
         )
 
     _launch.interpreting = lambda: True  # type: ignore[assignment]  # CPU tensors pass check_device
+    ops, broken = collect_ops(triton_ops)  # imports every operator module; nothing launches until called
     for mod in list(sys.modules.values()):
-        if getattr(mod, "__name__", "").startswith("ws1_kernels.triton_ops") and hasattr(mod, "launch"):
-            mod.launch = recorder  # type: ignore[attr-defined]
-    ops, broken = collect_ops(triton_ops)
-    for mod in list(sys.modules.values()):  # modules imported by collect_ops
         if getattr(mod, "__name__", "").startswith("ws1_kernels.triton_ops") and hasattr(mod, "launch"):
             mod.launch = recorder  # type: ignore[attr-defined]
     if broken:

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ws1_harness.run.bench.timing import one_line
+from ws1_harness.run.bench.timing import one_line, synchronize
 
 #: the host cost a call may have at M = 1 (the issue's target: validate once per plan, not once per call)
 HOST_TARGET_US = 10.0
@@ -49,20 +49,15 @@ class HostCost:
         return asdict(self)
 
 
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def _bursts(device: str, call: Callable[[], Any]) -> tuple[float, float]:
     issue, eager = [], []
     for _ in range(REPEATS):
-        _sync(device)
+        synchronize(device)
         t0 = time.perf_counter()
         for _ in range(CALLS):
             call()
         t1 = time.perf_counter()
-        _sync(device)
+        synchronize(device)
         t2 = time.perf_counter()
         issue.append((t1 - t0) / CALLS * 1e6)
         eager.append((t2 - t0) / CALLS * 1e6)
