@@ -54,13 +54,14 @@ for s in "$@"; do
     tune)   step tune "${TUNE_LIMIT:-240}" python3 ci/tune_kernels.py --out "$ev/tune.json" ${TUNE_ARGS:-} ;;
     script) step "${SCRIPT_NAME:-script}" "${SCRIPT_LIMIT:-240}" bash -c "${SCRIPT:?set SCRIPT}" ;;
     nox)    step "${NOX_SESSION:-gpu_sm90}" "${NOX_LIMIT:-500}" python3 -m nox --no-venv -s "${NOX_SESSION:-gpu_sm90}" -- ${NOX_ARGS:-} ;;
-    # compute-sanitizer over one forward and one backward of every cuda_bf16 candidate at small, odd shapes
-    # (ci/sanitize_cuda.py: the bench's inputs at the tiny widths, candidates only); only ws1's own kernels are
-    # instrumented (kns=ws1_). Needs the extension on PYTHONPATH (SANITIZE_BUILD).
+    # compute-sanitizer over one forward and one backward of every candidate of SANITIZE_PROFILE (cuda_bf16) at
+    # small, odd shapes (ci/sanitize_cuda.py: the bench's inputs at the tiny widths, candidates only); only the
+    # kernels whose name holds SANITIZE_KNS are instrumented (ws1_: the generic build; device_kernel: the Hopper
+    # build's CUTLASS kernels). Needs the extension on PYTHONPATH (SANITIZE_BUILD).
     sanitize) for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
               step "sanitize-$tool" "${SANITIZE_LIMIT:-240}" env PYTHONPATH="${SANITIZE_BUILD:?set SANITIZE_BUILD}:$PYTHONPATH" \
-                compute-sanitizer --tool "$tool" --kernel-name kns=ws1_ --error-exitcode 1 --print-limit 50 \
-                python3 ci/sanitize_cuda.py --profile cuda_bf16 ${SANITIZE_M:---m 1 --m 7 --m 33}
+                compute-sanitizer --tool "$tool" --kernel-name "kns=${SANITIZE_KNS:-ws1_}" --error-exitcode 1 --print-limit 50 \
+                python3 ci/sanitize_cuda.py --profile "${SANITIZE_PROFILE:-cuda_bf16}" ${SANITIZE_M:---m 1 --m 7 --m 33}
             done ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac

@@ -7,16 +7,52 @@
 The arch list is recorded in the module (`ws1_cuda_ext.built_targets()`), and each kernel's binary and PTX
 versions are read back at run time (`kernel_attributes()`), so evidence names the code that really ran.
 Needs the CUDA torch it will run with (build on the GPU machine).
+
+When the list names `9.0a`, a second module is built: `ws1_cuda_sm90_ext` (csrc/sm90/, the Hopper kernels of
+profile `cuda_bf16_sm90`), for sm_90a alone and on CUTLASS 3.x's headers. They come from the `nvidia-cutlass`
+wheel (its `cutlass_library/source/include`), or from `$WS1_CUTLASS_DIR` (a CUTLASS checkout's root). Without
+them a 9.0a build stops with a message: the Hopper profile is never silently left out.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 KERNELS = sorted(str(p) for p in (HERE / "kernels").glob("*.cu"))
+SM90_SOURCES = [str(HERE / "sm90" / "ws1_sm90_ops.cpp"), *sorted(str(p) for p in (HERE / "sm90").glob("*.cu"))]
+# torch's extension flags hide the half/bf16 operators that CUTLASS's types rely on; sm_90a by -gencode (the
+# -arch=sm_90a shorthand also runs a plain sm_90 pass that rejects wgmma on some nvcc versions); NDEBUG: an
+# assert's call inside the mainloop makes ptxas serialise every wgmma (warning C7510)
+SM90_NVCC = [
+    "-std=c++17",
+    "-DNDEBUG",
+    "--expt-relaxed-constexpr",
+    "-gencode=arch=compute_90a,code=sm_90a",
+    "-U__CUDA_NO_HALF_OPERATORS__",
+    "-U__CUDA_NO_HALF_CONVERSIONS__",
+    "-U__CUDA_NO_HALF2_OPERATORS__",
+    "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+]
+
+
+def cutlass_includes() -> list[str]:
+    """CUTLASS's include folders: `$WS1_CUTLASS_DIR`, else the installed `nvidia-cutlass` wheel's; [] if neither."""
+    root = os.environ.get("WS1_CUTLASS_DIR", "").strip()
+    if root:
+        base = Path(root)
+    else:
+        import importlib.util
+
+        spec = importlib.util.find_spec("cutlass_library")  # finds the package without importing it
+        if spec is None or not spec.submodule_search_locations:
+            return []
+        base = Path(next(iter(spec.submodule_search_locations))) / "source"
+    inc = [base / "include", base / "tools" / "util" / "include"]
+    return [str(p) for p in inc] if (inc[0] / "cutlass" / "cutlass.h").is_file() else []
 
 
 def main() -> None:
@@ -35,17 +71,33 @@ def main() -> None:
 
     # sources by absolute path and no chdir: --build-lib and --build-temp stay relative to the caller's directory
     flags = ["-O3", "-lineinfo", "-Xptxas=-v"]
+    modules = [
+        CUDAExtension(
+            "ws1_cuda_ext",
+            [str(HERE / "ws1_ops.cpp"), *KERNELS],
+            include_dirs=[str(HERE)],
+            extra_compile_args={"cxx": ["-O3"], "nvcc": flags},
+        )
+    ]
+    if "9.0a" in re.split(r"[;, ]+", archs):
+        inc = cutlass_includes()
+        if not inc:
+            sys.exit(
+                "csrc/setup.py: 9.0a asks for the Hopper kernels (csrc/sm90/), which need CUTLASS's headers: "
+                "install the nvidia-cutlass wheel or set WS1_CUTLASS_DIR to a CUTLASS checkout"
+            )
+        modules.append(
+            CUDAExtension(
+                "ws1_cuda_sm90_ext",
+                SM90_SOURCES,
+                include_dirs=[str(HERE), str(HERE / "sm90"), *inc],
+                extra_compile_args={"cxx": ["-O3", "-std=c++17"], "nvcc": [*flags, *SM90_NVCC]},
+            )
+        )
     setup(
         name="ws1-cuda-ext",
         version="0.1.0",
-        ext_modules=[
-            CUDAExtension(
-                "ws1_cuda_ext",
-                [str(HERE / "ws1_ops.cpp"), *KERNELS],
-                include_dirs=[str(HERE)],
-                extra_compile_args={"cxx": ["-O3"], "nvcc": flags},
-            )
-        ],
+        ext_modules=modules,
         cmdclass={"build_ext": BuildExtension},
     )
 

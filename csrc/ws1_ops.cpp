@@ -11,24 +11,17 @@
 #include <vector>
 
 #include "_build_info.h"
+#include "binding.h"
 #include "kernels/ws1_kernels.h"
 
 namespace {
 
 using at::Tensor;
 
-const ws1::bf16* bf(const Tensor& t) { return reinterpret_cast<const ws1::bf16*>(t.data_ptr<at::BFloat16>()); }
-ws1::bf16* bf_mut(Tensor& t) { return reinterpret_cast<ws1::bf16*>(t.data_ptr<at::BFloat16>()); }
-
-void check_bf16(const char* op, const char* name, const Tensor& t) {
-  TORCH_CHECK(t.is_cuda(), "ws1.", op, ": ", name, " must be a CUDA tensor");
-  TORCH_CHECK(t.scalar_type() == at::kBFloat16, "ws1.", op, ": ", name, " must be bfloat16, got ", t.scalar_type());
-  TORCH_CHECK(t.is_contiguous(), "ws1.", op, ": ", name, " must be contiguous");
-}
-
-void check_launch(const char* op, cudaError_t err) {
-  TORCH_CHECK(err == cudaSuccess, "ws1.", op, ": kernel launch failed: ", cudaGetErrorString(err));
-}
+using ws1::binding::bf;
+using ws1::binding::bf_mut;
+using ws1::binding::check_bf16;
+using ws1::binding::check_launch;
 
 // ------------------------------------------------------------------------------------------- pointwise
 
@@ -417,8 +410,7 @@ std::tuple<Tensor, Tensor, Tensor> attn_bwd_meta(const Tensor& q, const Tensor& 
 
 std::string built_targets() { return WS1_BUILT_TARGETS; }
 
-// name, binaryVersion, ptxVersion, numRegs, sharedSizeBytes, localSizeBytes, maxThreadsPerBlock, error
-std::vector<std::tuple<std::string, int, int, int, int64_t, int64_t, int, std::string>> kernel_attributes() {
+std::vector<ws1::binding::AttributeRow> kernel_attributes() {
   ws1::KernelInfo infos[64];
   int n = ws1::pointwise_kernel_infos(infos, 64);
   n += ws1::norm_kernel_infos(infos + n, 64 - n);
@@ -427,14 +419,7 @@ std::vector<std::tuple<std::string, int, int, int, int64_t, int64_t, int, std::s
   n += ws1::logprob_kernel_infos(infos + n, 64 - n);
   n += ws1::gemm_kernel_infos(infos + n, 64 - n);
   n += ws1::attention_kernel_infos(infos + n, 64 - n);
-  std::vector<std::tuple<std::string, int, int, int, int64_t, int64_t, int, std::string>> out;
-  for (int i = 0; i < n; ++i) {
-    const auto& a = infos[i].attr;
-    out.emplace_back(infos[i].name, a.binaryVersion, a.ptxVersion, a.numRegs, static_cast<int64_t>(a.sharedSizeBytes),
-                     static_cast<int64_t>(a.localSizeBytes), a.maxThreadsPerBlock,
-                     infos[i].err == cudaSuccess ? std::string() : std::string(cudaGetErrorString(infos[i].err)));
-  }
-  return out;
+  return ws1::binding::attribute_rows(infos, n);
 }
 
 }  // namespace

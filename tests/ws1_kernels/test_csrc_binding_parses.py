@@ -1,4 +1,4 @@
-"""The binding file `csrc/ws1_ops.cpp` parses against the installed torch's C++ headers (`g++ -fsyntax-only`).
+"""The binding files (`csrc/ws1_ops.cpp`, and the Hopper extension's `csrc/sm90/ws1_sm90_ops.cpp`) parse against the installed torch's C++ headers (`g++ -fsyntax-only`).
 
 A CPU torch ships the ATen and c10 CUDA headers but not the CUDA libraries' own (cuSPARSE, cuBLAS, cuSOLVER);
 the few types its headers name are stubbed here, so a typo in the binding fails CI in seconds, before a GPU
@@ -18,6 +18,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CSRC = REPO / "csrc"
+#: binding file (relative to csrc/) -> its extension's module name
+BINDINGS = {"ws1_ops.cpp": "ws1_cuda_ext", "sm90/ws1_sm90_ops.cpp": "ws1_cuda_sm90_ext"}
 GXX = shutil.which("g++")
 CUDA_INCLUDE = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
 
@@ -47,7 +49,7 @@ def _torch_includes() -> list[Path]:
     return [root, root / "torch" / "csrc" / "api" / "include"]
 
 
-def _parse(src_dir: Path, stubs: Path) -> subprocess.CompletedProcess[str]:
+def _parse(src_dir: Path, stubs: Path, binding: str = "ws1_ops.cpp") -> subprocess.CompletedProcess[str]:
     for name, text in STUBS.items():
         (stubs / name).parent.mkdir(parents=True, exist_ok=True)
         (stubs / name).write_text(f"#pragma once\n{text}\n")
@@ -61,15 +63,16 @@ def _parse(src_dir: Path, stubs: Path) -> subprocess.CompletedProcess[str]:
         f"-I{CUDA_INCLUDE}",
         f"-I{sysconfig.get_paths()['include']}",
         f"-I{src_dir}",
-        "-DTORCH_EXTENSION_NAME=ws1_cuda_ext",
+        f"-DTORCH_EXTENSION_NAME={BINDINGS[binding]}",
         "-DTORCH_API_INCLUDE_EXTENSION_H",
-        str(src_dir / "ws1_ops.cpp"),
+        str(src_dir / binding),
     ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
-def test_the_binding_parses(tmp_path: Path) -> None:
-    proc = _parse(CSRC, tmp_path)
+@pytest.mark.parametrize("binding", sorted(BINDINGS))
+def test_the_binding_parses(binding: str, tmp_path: Path) -> None:
+    proc = _parse(CSRC, tmp_path, binding)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 

@@ -32,7 +32,8 @@ FLOORS: tuple[str, ...] = tuple(
 #: the files behind each profile's evidence (a profile not named here cannot be judged fresh: an error)
 PROFILE_SOURCES: dict[str, tuple[str, ...]] = {
     "triton_cuda_bf16": (f"{_KERNELS}/triton_ops",),
-    "cuda_bf16": ("csrc", f"{_KERNELS}/cuda"),
+    # the generic build: csrc/ less the Hopper kernels (csrc/sm90/ builds into another module)
+    "cuda_bf16": ("csrc/kernels", "csrc/ws1_ops.cpp", "csrc/binding.h", "csrc/setup.py", f"{_KERNELS}/cuda"),
     "cuda_bf16_sm90": ("csrc", f"{_KERNELS}/cuda", f"{_KERNELS}/cuda_sm90"),
     "native_torch": (f"{_KERNELS}/native.py",),
 }

@@ -265,14 +265,17 @@ def _device() -> tuple[str, str, str | None, str | None, str | None]:
 
 
 def _code_objects() -> tuple[tuple[str, int, int], ...]:
-    """The CUDA extension's kernels as the runtime reports them, when the run side has loaded the extension (read
-    through sys.modules: the verdict side imports no kernels)."""
-    cuda = sys.modules.get("ws1_kernels.cuda")
-    if cuda is None:
-        return ()
-    rows = cuda.kernel_attributes()
+    """The CUDA extensions' kernels as the runtime reports them (the generic build, then the Hopper one), when the
+    run side has loaded them (read through sys.modules: the verdict side imports no kernels)."""
+    rows: list[dict[str, object]] = []
+    for name in ("ws1_kernels.cuda", "ws1_kernels.cuda_sm90"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            rows.extend(mod.kernel_attributes())
     return tuple(
-        (str(r["name"]), int(r["binary_version"]), int(r["ptx_version"])) for r in rows if not r.get("error")
+        (str(r["name"]), int(r["binary_version"]), int(r["ptx_version"]))  # type: ignore[call-overload]
+        for r in rows
+        if not r.get("error")
     )
 
 

@@ -16,10 +16,10 @@ from .. import _validate as v
 from ..backend import OpEntry
 from ..context import LayoutContext
 from ..launches import record
-from ..main_grad import check_main_grad, main_grad_of
+from ..main_grad import check_main_grad
 from ..op_checks import check_targets
-from ..row_tables import block_table
 from ._common import check_inputs
+from .linear import wgrad_into_main_grad
 
 KERNEL = "ws1.cuda.logp.rowwise"
 LINEAR_KERNEL = "ws1.cuda.linear_logp.vocabblock"
@@ -75,10 +75,7 @@ class _LinearLogp(torch.autograd.Function):
         hi, lo = torch.ops.ws1.logp_bwd_f32(logits, targets, lse, g.float().contiguous())
         dx = torch.ops.ws1.gemm(hi, weight, False, lo) if do_dx else None
         if do_dw:
-            table = block_table(ctx.lctx, x.shape[0], x.device)
-            mg = main_grad_of(weight)
-            if table.n_blocks:
-                torch.ops.ws1.gemm_wgrad(hi, x, table.rows, table.n_blocks, mg, lo)
+            wgrad_into_main_grad(hi, x, weight, ctx.lctx, lo)
         return dx, None, None, None
 
 

@@ -1,0 +1,70 @@
+"""The Hopper GEMM's forward and dx kernels alone against cuBLAS, in one process, at the bench's det_gemm and lm_head
+shapes: the figures the issue's dx target names, without the weight gradient (which the Hopper profile still runs
+on the generic kernel) mixed into the bench's backward rows. Medians of `triton.testing.do_bench`; JSON lines to
+stdout, one per (shape, M, direction).
+
+    python ci/gemm_dx_probe.py --m 1 --m 64 --m 512 --m 4096
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from functools import partial
+
+import torch
+import triton.testing
+
+import ws1_kernels.cuda_sm90  # noqa: F401 - registers torch.ops.ws1_sm90 when built
+
+SHAPES = {  # name: (K, N) of the forward, x [M, K] @ w[N, K]^T
+    "qkv": (4096, 6144),
+    "o": (4096, 4096),
+    "gate_up": (4096, 24576),
+    "down": (12288, 4096),
+    "lm_head": (4096, 151936),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--m", type=int, action="append", dest="ms")
+    ap.add_argument("--rep-ms", type=int, default=100)
+    args = ap.parse_args()
+    if ws1_kernels.cuda_sm90.extension() is None:
+        raise SystemExit(f"gemm_dx_probe: {ws1_kernels.cuda_sm90.missing_reason()}")
+    for name, (k, n) in SHAPES.items():
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        for m in args.ms or (1, 64, 512, 4096):
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+            wt = w.t()
+            pairs = {
+                "fwd": (partial(torch.ops.ws1_sm90.gemm, x, w, True), partial(torch.mm, x, wt)),
+                "dx": (partial(torch.ops.ws1_sm90.gemm, dy, w, False), partial(torch.mm, dy, w)),
+            }
+            for direction, (ours, peer) in pairs.items():
+                t_ours = triton.testing.do_bench(ours, rep=args.rep_ms, return_mode="median")
+                t_peer = triton.testing.do_bench(peer, rep=args.rep_ms, return_mode="median")
+                flops = 2.0 * m * n * k
+                print(
+                    json.dumps(
+                        {
+                            "shape": name,
+                            "m": m,
+                            "dir": direction,
+                            "ws1_ms": round(t_ours, 5),
+                            "cublas_ms": round(t_peer, 5),
+                            "ratio": round(t_peer / t_ours, 3),
+                            "ws1_tflops": round(flops / t_ours / 1e9, 1),
+                        }
+                    ),
+                    flush=True,
+                )
+            del x, dy, wt
+        del w
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

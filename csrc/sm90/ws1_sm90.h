@@ -1,0 +1,38 @@
+// ws1 Hopper kernels (profile cuda_bf16_sm90): host launchers over raw pointers, sizes and a stream, built only
+// for sm_90a (`-gencode=arch=compute_90a,code=sm_90a`) into their own extension, ws1_cuda_sm90_ext. The rules are
+// those of ../kernels/ws1_kernels.h: one fp32 accumulator chain per output element over the whole reduced dim.
+#pragma once
+
+#include "../kernels/ws1_kernels.h"
+
+namespace ws1::sm90 {
+
+// The frozen M buckets of the GEMM (ws1_kernels.cuda_sm90.linear.BUCKETS says the same): M <= kSmallM takes the
+// decode tile, M <= kMidM the middle one, anything larger the large one.
+constexpr int64_t kSmallM = 64;
+constexpr int64_t kMidM = 1024;
+
+// Which bucket an M falls in (0 small, 1 mid, 2 large).
+int gemm_bucket(int64_t m);
+
+// c [m, n] = a [m, k] b^T with b [n, k] (b_trans, the forward), or a [m, k] b with b [k, n] (dx; here k is the
+// reduced dim, the forward's N). n and k multiples of 8 (16-byte TMA rows); all row-major and contiguous.
+cudaError_t gemm(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n, int64_t k, bool b_trans, int device,
+                 int sm_count, cudaStream_t stream);
+int gemm_kernel_infos(KernelInfo* out, int cap);
+
+// Leading dims a multiple of this many elements (16-byte TMA rows).
+constexpr int64_t kGemmAlign = 8;
+
+// The buckets' launchers (gemm_sm90_{small,mid,large}.cu).
+cudaError_t gemm_small(const bf16* a, const bf16* b, bf16* c, int m, int n, int k, bool b_trans, int device,
+                       int sm_count, cudaStream_t stream);
+cudaError_t gemm_mid(const bf16* a, const bf16* b, bf16* c, int m, int n, int k, bool b_trans, int device,
+                     int sm_count, cudaStream_t stream);
+cudaError_t gemm_large(const bf16* a, const bf16* b, bf16* c, int m, int n, int k, bool b_trans, int device,
+                       int sm_count, cudaStream_t stream);
+int gemm_small_infos(KernelInfo* out, int cap);
+int gemm_mid_infos(KernelInfo* out, int cap);
+int gemm_large_infos(KernelInfo* out, int cap);
+
+}  // namespace ws1::sm90

@@ -1,0 +1,68 @@
+// The Hopper extension's binding (ws1_cuda_sm90_ext): registers torch.ops.ws1_sm90.* with a CUDA and a Meta
+// implementation. Built only for sm_90a by csrc/setup.py when the arch list names 9.0a; the generic kernels
+// (torch.ops.ws1.*, ws1_cuda_ext) that the cuda_bf16_sm90 profile reuses are the other extension's.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/extension.h>
+
+#include <string>
+#include <vector>
+
+#include "../binding.h"
+#include "ws1_sm90.h"
+
+namespace {
+
+using at::Tensor;
+using ws1::binding::bf;
+using ws1::binding::bf_mut;
+using ws1::binding::check_bf16;
+using ws1::binding::check_launch;
+
+// c = a b^T (b_trans: b [N, K]) or a b (b [K, N]); the M bucket picks the tile (ws1_sm90.h)
+Tensor gemm(const Tensor& a, const Tensor& b, bool b_trans) {
+  check_bf16("sm90.gemm", "a", a);
+  check_bf16("sm90.gemm", "b", b);
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "ws1_sm90.gemm: a and b must be 2-D");
+  const int64_t r = a.size(1);
+  const int64_t nc = b_trans ? b.size(0) : b.size(1);
+  TORCH_CHECK((b_trans ? b.size(1) : b.size(0)) == r, "ws1_sm90.gemm: inner sizes differ: a ", a.sizes(), ", b ",
+              b.sizes(), b_trans ? " (b transposed)" : "");
+  TORCH_CHECK(r % ws1::sm90::kGemmAlign == 0 && nc % ws1::sm90::kGemmAlign == 0, "ws1_sm90.gemm: the reduced (", r,
+              ") and output (", nc, ") widths must be multiples of ", ws1::sm90::kGemmAlign, " (16-byte TMA rows)");
+  const c10::cuda::CUDAGuard guard(a.device());
+  Tensor c = at::empty({a.size(0), nc}, a.options());
+  if (a.size(0) == 0) return c;
+  if (r == 0) return c.zero_();
+  const auto* props = at::cuda::getCurrentDeviceProperties();  // cached by torch: no query per call
+  check_launch("sm90.gemm", ws1::sm90::gemm(bf(a), bf(b), bf_mut(c), a.size(0), nc, r, b_trans, a.get_device(),
+                                            props->multiProcessorCount, at::cuda::getCurrentCUDAStream()));
+  return c;
+}
+
+Tensor gemm_meta(const Tensor& a, const Tensor& b, bool b_trans) {
+  return at::empty({a.size(0), b_trans ? b.size(0) : b.size(1)}, a.options());
+}
+
+int64_t gemm_bucket(int64_t m) { return ws1::sm90::gemm_bucket(m); }
+
+std::vector<ws1::binding::AttributeRow> kernel_attributes() {
+  ws1::KernelInfo infos[16];
+  return ws1::binding::attribute_rows(infos, ws1::sm90::gemm_kernel_infos(infos, 16));
+}
+
+}  // namespace
+
+TORCH_LIBRARY(ws1_sm90, m) { m.def("gemm(Tensor a, Tensor b, bool b_trans) -> Tensor"); }
+
+TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) { m.impl("gemm", &gemm); }
+
+TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) { m.impl("gemm", &gemm_meta); }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "ws1's Hopper kernels (sm_90a); importing this module registers torch.ops.ws1_sm90.*";
+  m.def("gemm_bucket", &gemm_bucket, "the GEMM's M bucket for M rows (0 small, 1 mid, 2 large)");
+  m.def("kernel_attributes", &kernel_attributes,
+        "per kernel: name, binaryVersion, ptxVersion, numRegs, sharedSizeBytes, localSizeBytes, "
+        "maxThreadsPerBlock, error (cudaFuncGetAttributes on the current device)");
+}

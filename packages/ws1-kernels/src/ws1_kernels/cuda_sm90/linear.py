@@ -1,0 +1,59 @@
+"""det_gemm and lm_head (cuda_bf16_sm90): ``y = x W^T`` on TMA + wgmma (``torch.ops.ws1_sm90.gemm``).
+
+csrc/sm90/gemm_sm90.cuh: CUTLASS 3.x's persistent warp-specialised sm90 kernels, one accumulator chain per output
+element over all of K (no split-K, no stream-K), tiles from a frozen table of M buckets (``BUCKETS``). dx is the
+same kernel on ``dy W`` (b row-major: N contiguous). The weight gradient is the generic ``cuda_bf16`` one
+(``ws1.gemm_wgrad``, ``sample_blocks_main_grad``), and its launch records the generic kernel id.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..backend import OpEntry
+from ..context import LayoutContext
+from ..cuda import linear as generic
+
+DET_GEMM = "ws1.cuda_sm90.det_gemm.wgmma"
+LM_HEAD = "ws1.cuda_sm90.lm_head.wgmma"
+#: the M buckets (upper bounds, inclusive) of csrc/sm90/ws1_sm90.h: 64x32 tiles for decode, 128x128, 128x256
+BUCKETS = (64, 1024)
+#: leading dims must be multiples of this many elements (16-byte TMA rows)
+ALIGN = 8
+
+
+def _gemm(a: torch.Tensor, b: torch.Tensor, b_trans: bool) -> torch.Tensor:
+    return torch.ops.ws1_sm90.gemm(a, b, b_trans)
+
+
+_DET_GEMM = generic.Gemm(_gemm, DET_GEMM, generic.DET_GEMM)
+_LM_HEAD = generic.Gemm(_gemm, LM_HEAD, generic.LM_HEAD)
+
+
+def _check_align(where: str, x: torch.Tensor, weight: torch.Tensor) -> None:
+    from ..errors import KernelInputError
+
+    for name, width in (("K (x's width)", x.shape[-1]), ("N (weight's rows)", weight.shape[0])):
+        if width % ALIGN:
+            raise KernelInputError(
+                f"{where}: {name} = {width} must be a multiple of {ALIGN} (16-byte TMA rows)"
+            )
+
+
+def det_gemm(x: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:
+    """``x W^T``: ``[T,K], [N,K] -> [T,N]`` (the projections of a decoder layer)."""
+    _check_align("cuda_bf16_sm90.det_gemm", x, weight)
+    return generic.linear("cuda_bf16_sm90.det_gemm", _DET_GEMM, x, weight, ctx)
+
+
+def lm_head(x: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:
+    """``x W^T`` over the vocabulary: ``[T,H], [V,H] -> [T,V]``."""
+    _check_align("cuda_bf16_sm90.lm_head", x, weight)
+    return generic.linear("cuda_bf16_sm90.lm_head", _LM_HEAD, x, weight, ctx)
+
+
+_DECLARED = (generic.DECLARED - {"ws1.gemm"}) | {"ws1_sm90.gemm"}
+OPS: dict[str, OpEntry] = {
+    "det_gemm": OpEntry(det_gemm, DET_GEMM, _DECLARED, frozenset({generic.DET_GEMM})),
+    "lm_head": OpEntry(lm_head, LM_HEAD, _DECLARED, frozenset({generic.LM_HEAD})),
+}

@@ -1,0 +1,76 @@
+"""The Hopper profile (`cuda_bf16_sm90`) where no GPU is needed: it fails closed off capability 9.0, refuses
+misaligned widths in one line, overrides exactly the GEMM operators (the rest keep their generic kernel ids), and
+its M buckets are the ones the CUDA header defines. Each property has the case that must be refused beside it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from ws1_kernels import KernelInputError, registry
+from ws1_kernels.cuda import linear as generic
+from ws1_kernels.cuda_sm90 import capability_reason
+from ws1_kernels.cuda_sm90 import linear as sm90
+from ws1_kernels.errors import CandidateUnavailable
+
+HEADER = Path(__file__).resolve().parents[2] / "csrc" / "sm90" / "ws1_sm90.h"
+
+
+def test_capability_9_0_is_accepted() -> None:
+    assert capability_reason("NVIDIA H200", (9, 0)) is None
+
+
+@pytest.mark.parametrize("capability", [(8, 6), (8, 9), (10, 0), (12, 0)])
+def test_any_other_capability_is_refused_naming_the_device(capability: tuple[int, int]) -> None:
+    why = capability_reason("Some GPU", capability)
+    assert why is not None
+    assert "Some GPU" in why and f"sm_{capability[0]}{capability[1]}" in why and "9.0" in why
+
+
+def test_without_the_extensions_every_cell_says_what_is_not_built() -> None:
+    with pytest.raises(CandidateUnavailable) as info:
+        registry.resolve("cuda_bf16_sm90", "det_gemm", "cpu")
+    assert "not built" in str(info.value) and "\n" not in str(info.value)
+
+
+def _header_constant(text: str, name: str) -> int:
+    m = re.search(rf"constexpr int64_t {name} = (\d+);", text)
+    assert m is not None, f"{name} is not in the header"
+    return int(m.group(1))
+
+
+def test_the_buckets_are_the_headers() -> None:
+    text = HEADER.read_text()
+    assert (_header_constant(text, "kSmallM"), _header_constant(text, "kMidM")) == sm90.BUCKETS
+    assert _header_constant(text, "kGemmAlign") == sm90.ALIGN
+
+
+def test_the_bucket_reader_sees_a_changed_header() -> None:
+    text = HEADER.read_text().replace("kMidM = 1024;", "kMidM = 2048;")
+    assert _header_constant(text, "kMidM") != sm90.BUCKETS[1]
+
+
+def test_aligned_widths_pass_the_check() -> None:
+    sm90._check_align("w", torch.empty(3, 4096), torch.empty(6144, 4096))
+
+
+@pytest.mark.parametrize(("k", "n", "which"), [(4100, 6144, "K"), (4096, 6146, "N")])
+def test_a_misaligned_width_is_one_line(k: int, n: int, which: str) -> None:
+    with pytest.raises(KernelInputError) as info:
+        sm90._check_align("cuda_bf16_sm90.det_gemm", torch.empty(3, k), torch.empty(n, k))
+    text = str(info.value)
+    assert text.startswith("cuda_bf16_sm90.det_gemm: ") and which in text and "\n" not in text
+
+
+def test_the_hopper_entries_run_their_own_op_and_name_the_generic_weight_gradient() -> None:
+    for op, generic_id in (("det_gemm", generic.DET_GEMM), ("lm_head", generic.LM_HEAD)):
+        entry = sm90.OPS[op]
+        assert entry.kernel_id.startswith("ws1.cuda_sm90.") and entry.kernel_ids == {generic_id}
+        assert "ws1_sm90.gemm" in entry.declared_ops and "ws1.gemm" not in entry.declared_ops
+    # the control: the generic entries dispatch ws1.gemm, which the Hopper entries must never do
+    assert "ws1.gemm" in generic.OPS["det_gemm"].declared_ops
+    assert set(sm90.OPS) == {"det_gemm", "lm_head"}

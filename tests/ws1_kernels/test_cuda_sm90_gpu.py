@@ -1,0 +1,139 @@
+"""The Hopper GEMM (`cuda_bf16_sm90`, `torch.ops.ws1_sm90.gemm`) on an sm_90 device.
+
+What only the built extension on the chip can show: its kernels are sm_90a machine code with wgmma (HGMMA) in the
+SASS; a row's bits are the same in every M bucket (the tile follows M, each element's accumulator chain does
+not), right against a float64 product, and the same from run to run; a CUDA graph and torch.compile replay the
+eager bits. Accuracy and layout invariance of whole operators are the matrix's judgment (`ws1 matrix --profile
+cuda_bf16_sm90`). In a GPU session (`WS1_REQUIRE_GPU=1`) a missing extension or disassembler is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from ws1_kernels import cuda, cuda_sm90
+from ws1_kernels.cuda_sm90 import linear as sm90
+
+pytestmark = pytest.mark.gpu
+REQUIRED = os.environ.get("WS1_REQUIRE_GPU") == "1"
+
+if cuda_sm90.missing_reason() is not None or not torch.cuda.is_available():
+    why = cuda_sm90.missing_reason() or "no CUDA device"
+    if REQUIRED and "9.0a" in cuda.built_targets():  # a 9.0a build (gpu_sm90) must hold the Hopper module
+        raise RuntimeError(f"WS1_REQUIRE_GPU=1 with a 9.0a build: {why}")
+    pytest.skip(str(why), allow_module_level=True)
+if torch.cuda.get_device_capability() != cuda_sm90.CAPABILITY:
+    pytest.skip("the Hopper kernels run on capability 9.0 only", allow_module_level=True)
+
+DEV = "cuda"
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int16)
+
+
+def _sass(module_file: str) -> str:
+    tool = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+    if not Path(tool).is_file():
+        if REQUIRED:
+            raise RuntimeError("WS1_REQUIRE_GPU=1: cuobjdump is missing, the SASS cannot be read")
+        pytest.skip("cuobjdump is missing")
+    return subprocess.run(
+        [tool, "--dump-sass", module_file], capture_output=True, text=True, timeout=600
+    ).stdout
+
+
+def test_the_kernels_are_sm90a_machine_code() -> None:
+    rows = cuda_sm90.kernel_attributes()
+    assert len(rows) == 6, rows  # forward and dx in each of three buckets
+    for r in rows:
+        assert r["error"] == "" and int(r["binary_version"]) == 90, r
+
+
+def test_the_sass_holds_wgmma_and_the_generic_build_does_not() -> None:
+    ext, generic = cuda_sm90.extension(), cuda.extension()
+    assert ext is not None and generic is not None
+    assert _sass(ext.__file__).count("HGMMA") > 0
+    # the control: the generic build's tensor-core GEMM is mma.sync (HMMA), so the count has teeth
+    assert _sass(generic.__file__).count("HGMMA") == 0
+
+
+@pytest.mark.parametrize("m", [1, 64, 65, 1024, 1025])
+def test_the_bucket_boundaries_are_the_extensions(m: int) -> None:
+    expected = 0 if m <= sm90.BUCKETS[0] else (1 if m <= sm90.BUCKETS[1] else 2)
+    assert cuda_sm90.gemm_bucket(m) == expected
+
+
+def _ref(a: torch.Tensor, b: torch.Tensor, b_trans: bool) -> torch.Tensor:
+    return a.double() @ (b.double().t() if b_trans else b.double())
+
+
+def _close_to(out: torch.Tensor, ref: torch.Tensor) -> bool:
+    """Within a few bf16 roundings of the float64 product, scaled by the row's dot magnitude."""
+    return bool(((out.double() - ref).abs() <= 2e-2 * ref.abs().max().clamp(min=1.0)).all())
+
+
+@pytest.mark.parametrize("b_trans", [True, False], ids=["forward", "dx"])
+def test_rows_get_the_same_bits_in_every_bucket_and_are_right(b_trans: bool) -> None:
+    g = torch.Generator(device=DEV).manual_seed(90)
+    r, n = 4096, 1536
+    a = torch.randn(1100, r, device=DEV, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(*((n, r) if b_trans else (r, n)), device=DEV, dtype=torch.bfloat16, generator=g)
+    full = torch.ops.ws1_sm90.gemm(a, b, b_trans)  # the large bucket
+    assert _close_to(full, _ref(a, b, b_trans))
+    for rows in (1, 63, 64, 65, 1024, 1025):  # small, small, small, mid, mid, large
+        part = torch.ops.ws1_sm90.gemm(a[:rows].contiguous(), b, b_trans)
+        assert torch.equal(_bits(part), _bits(full[:rows])), rows
+
+
+def test_the_check_sees_a_wrong_product() -> None:
+    """Negative control of the accuracy check above: b used untransposed is refused."""
+    g = torch.Generator(device=DEV).manual_seed(5)
+    a = torch.randn(100, 256, device=DEV, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(256, 256, device=DEV, dtype=torch.bfloat16, generator=g)
+    assert not _close_to(torch.ops.ws1_sm90.gemm(a, b, True), _ref(a, b, False))
+
+
+def test_the_bits_repeat_over_100_runs() -> None:
+    g = torch.Generator(device=DEV).manual_seed(7)
+    a = torch.randn(512, 4096, device=DEV, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(4096, 4096, device=DEV, dtype=torch.bfloat16, generator=g)
+    first = _bits(torch.ops.ws1_sm90.gemm(a, b, True)).clone()
+    for _ in range(100):
+        assert torch.equal(_bits(torch.ops.ws1_sm90.gemm(a, b, True)), first)
+    # the control: another input gives other bits, so equality is not vacuous
+    assert not torch.equal(_bits(torch.ops.ws1_sm90.gemm(a * 2 + 1, b, True)), first)
+
+
+def test_a_cuda_graph_and_torch_compile_give_the_eager_bits() -> None:
+    g = torch.Generator(device=DEV).manual_seed(11)
+    a = torch.randn(8, 4096, device=DEV, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(6144, 4096, device=DEV, dtype=torch.bfloat16, generator=g)
+    eager = torch.ops.ws1_sm90.gemm(a, b, True)
+    compiled = torch.compile(lambda x, w: torch.ops.ws1_sm90.gemm(x, w, True), fullgraph=True)(a, b)
+    assert torch.equal(_bits(compiled), _bits(eager))
+    static_a = a.clone()
+    torch.ops.ws1_sm90.gemm(static_a, b, True)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = torch.ops.ws1_sm90.gemm(static_a, b, True)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(_bits(out), _bits(eager))
+    static_a.copy_(a * 2)  # the control: new input, new bits
+    graph.replay()
+    torch.cuda.synchronize()
+    assert not torch.equal(_bits(out), _bits(eager))
+
+
+def test_a_misaligned_width_is_refused_by_the_op() -> None:
+    a = torch.randn(4, 4100, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(64, 4100, device=DEV, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="multiples of 8"):
+        torch.ops.ws1_sm90.gemm(a, b, True)
