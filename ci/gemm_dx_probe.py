@@ -30,6 +30,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--m", type=int, action="append", dest="ms")
     ap.add_argument("--rep-ms", type=int, default=100)
+    ap.add_argument(
+        "--padded",
+        action="store_true",
+        help="also time the forward on x zero-padded to 64 rows (is a short A the slow part at small M?)",
+    )
     args = ap.parse_args()
     if ws1_kernels.cuda_sm90.extension() is None:
         raise SystemExit(f"gemm_dx_probe: {ws1_kernels.cuda_sm90.missing_reason()}")
@@ -43,6 +48,10 @@ def main() -> None:
                 "fwd": (partial(torch.ops.ws1_sm90.gemm, x, w, True), partial(torch.mm, x, wt)),
                 "dx": (partial(torch.ops.ws1_sm90.gemm, dy, w, False), partial(torch.mm, dy, w)),
             }
+            if args.padded and m < 64:
+                xp = torch.zeros(64, k, device="cuda", dtype=torch.bfloat16)
+                xp[:m] = x
+                pairs["fwd_pad64"] = (partial(torch.ops.ws1_sm90.gemm, xp, w, True), partial(torch.mm, x, wt))
             for direction, (ours, peer) in pairs.items():
                 t_ours = triton.testing.do_bench(ours, rep=args.rep_ms, return_mode="median")
                 t_peer = triton.testing.do_bench(peer, rep=args.rep_ms, return_mode="median")
