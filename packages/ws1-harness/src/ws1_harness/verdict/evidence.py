@@ -46,6 +46,8 @@ PARTIAL_SUFFIX = ".partial.jsonl"
 #: What `ws1 report` writes beside `<stem>.json` (ws1_harness.verdict.report names its files with these)
 REPORT_SUFFIX = ".report.md"
 HEATMAP_SUFFIX = ".heatmap.png"
+#: ... and, for a file whose profiles ran on two or more arches, one heatmap panel per arch side by side
+ARCH_HEATMAP_SUFFIX = ".arch-heatmap.png"
 #: The largest evidence file read (the full-width matrix of one profile is about 0.5 MB; a merge of every
 #: profile and arch a few MB): refused before reading, so a wrong path cannot exhaust memory.
 MAX_EVIDENCE_BYTES = 256 * 2**20
@@ -586,7 +588,7 @@ class EvidenceWriter:
         write_evidence_json(doc, self.path, allow_in_checkout=self.allow_in_checkout)
         if replaced:  # the old run's report and heatmap would describe cells this file no longer holds
             stem = self.path.name[: -len(".json")]
-            for stale in (stem + REPORT_SUFFIX, stem + HEATMAP_SUFFIX):
+            for stale in (stem + REPORT_SUFFIX, stem + HEATMAP_SUFFIX, stem + ARCH_HEATMAP_SUFFIX):
                 (self.path.parent / stale).unlink(missing_ok=True)
         self._finalised = True
         self.partial_path.unlink(missing_ok=True)

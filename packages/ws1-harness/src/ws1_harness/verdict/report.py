@@ -1,4 +1,5 @@
-"""Human views of an evidence file: a Markdown table and a heatmap picture, written beside the JSON.
+"""Human views of an evidence file: a Markdown table and a heatmap picture, written beside the JSON (and, for a
+merged file of two or more arches, one heatmap panel per arch side by side).
 
 Rows are (profile, operator), columns (tier, judgment); each cell shows a status glyph and the reason code.
 Cells the expected set demands but the file lacks are shown as missing, so an incomplete matrix is visible at
@@ -17,6 +18,7 @@ from typing import Any
 
 from ws1_harness.verdict.cells import CellKey, cell_key_of
 from ws1_harness.verdict.evidence import (
+    ARCH_HEATMAP_SUFFIX,
     HEATMAP_SUFFIX,
     PARTIAL_SUFFIX,
     REPORT_SUFFIX,
@@ -496,24 +498,23 @@ def _heatmap_grid(
     return rows + runs, cols + [(t, "chain") for t in tiers], statuses
 
 
-def heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
-    """The heatmap as a matplotlib Figure (Agg canvas, no global pyplot state): colour, glyph, legend counts."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+def _draw_grid(
+    axis: Any,
+    rows: list[tuple[str, str]],
+    cols: list[tuple[str, str]],
+    statuses: list[list[str]],
+    *,
+    row_labels: bool = True,
+) -> None:
+    """One grid into `axis`: a colour and a glyph per cell, missing cells hatched, `_BLANK` places left empty."""
     from matplotlib.colors import BoundaryNorm, ListedColormap
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.patches import Rectangle
 
-    rows, cols, statuses = _heatmap_grid(doc)
     shades = (*ORDER, _BLANK)
     index = {s: i for i, s in enumerate(shades)}
     data = [[index[st] for st in row] for row in statuses] or [[index["missing"]]]
     cmap = ListedColormap([COLOUR.get(s, "#FFFFFF") for s in shades])
     norm = BoundaryNorm([i - 0.5 for i in range(len(shades) + 1)], len(shades))
-    width = max(6.0, 0.55 * len(cols) + 3.5)
-    height = max(3.0, 0.32 * len(rows) + 2.0)
-    fig = Figure(figsize=(width, height))
-    FigureCanvasAgg(fig)
-    axis = fig.add_subplot(1, 1, 1)
     axis.imshow(data, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
     for y, row in enumerate(statuses):
         for x, st in enumerate(row):
@@ -538,10 +539,27 @@ def heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
     axis.set_xticklabels([f"{t}\n{JUDGMENT_SHORT.get(j, j)}" for t, j in cols], fontsize=7, rotation=90)
     axis.set_yticks(range(len(rows)))
     axis.set_yticklabels([f"{p} / {o}" for p, o in rows], fontsize=7)
+    if not row_labels:  # a panel beside another with the same rows: the labels once, on the leftmost
+        axis.tick_params(axis="y", which="major", labelleft=False)
     axis.set_xticks([x - 0.5 for x in range(1, len(cols))], minor=True)
     axis.set_yticks([y - 0.5 for y in range(1, len(rows))], minor=True)
     axis.grid(which="minor", color="#888888", linewidth=0.6)
     axis.tick_params(which="minor", length=0)
+
+
+def heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
+    """The heatmap as a matplotlib Figure (Agg canvas, no global pyplot state): colour, glyph, legend counts."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    rows, cols, statuses = _heatmap_grid(doc)
+    width = max(6.0, 0.55 * len(cols) + 3.5)
+    height = max(3.0, 0.32 * len(rows) + 2.0)
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    axis = fig.add_subplot(1, 1, 1)
+    _draw_grid(axis, rows, cols, statuses)
     axis.set_title(title, fontsize=9)
     counts = status_counts(doc)
     fig.legend(
@@ -561,6 +579,115 @@ def heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
     )
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
+
+
+def split_arch(label: str) -> tuple[str, str | None]:
+    """`cuda_bf16@sm86-proxy` -> (`cuda_bf16`, `sm86-proxy`); a profile without an arch (the CPU shard's
+    `portable_cpu`) -> (`portable_cpu`, None). The arch is the label's, as `arch_disagreements` reads it: a proxy
+    shard's cells record the device they ran on (sm_90), not the arch they stand for."""
+    base, sep, arch = label.partition("@")
+    return base, (arch if sep and arch else None)
+
+
+def evidence_arches(doc: Mapping[str, Any]) -> list[str]:
+    """The arches the file's profiles are labelled with (`sm86-proxy`, `sm90`), sorted; profiles without one
+    (a CPU shard) add none."""
+    return sorted({a for a in (split_arch(p)[1] for p in doc["axes"]["profiles"]) if a is not None})
+
+
+def arch_heatmap_grids(
+    doc: Mapping[str, Any],
+) -> tuple[list[str], list[tuple[str, str]], list[tuple[str, str]], dict[str, list[list[str]]]]:
+    """The per-arch panels' data: (arches, rows, columns, {arch: statuses}).
+
+    Every panel has the same rows and columns, in the order of the file's axes: rows are (profile without its
+    arch, operator) for every profile that ran on some arch, columns (tier, judgment). A place holds the cell's
+    status on that arch (`missing` when the arch ran the profile but the cell is absent) and `_BLANK` when the
+    arch did not run the profile at all, so a profile run on one arch only is not counted missing on another.
+    Matrix cells only: chain cells and profiles without an arch are in the single heatmap.
+    """
+    arches = evidence_arches(doc)
+    labels = set(doc["axes"]["profiles"])
+    bases = list(dict.fromkeys(b for b, a in map(split_arch, doc["axes"]["profiles"]) if a is not None))
+    _, cols, cells = _grid(doc)
+    rows = [(b, o) for b in bases for o in doc["axes"]["operators"]]
+    grids: dict[str, list[list[str]]] = {}
+    for arch in arches:
+        grids[arch] = [
+            [
+                _status_at(cells, CellKey(f"{b}@{arch}", o, t, j))[0] if f"{b}@{arch}" in labels else _BLANK
+                for t, j in cols
+            ]
+            for b, o in rows
+        ]
+    return arches, rows, cols, grids
+
+
+def grid_counts(statuses: list[list[str]]) -> dict[str, int]:
+    """How many places of a grid hold each status (`_BLANK` places are no cell and count for nothing)."""
+    counts = dict.fromkeys(ORDER, 0)
+    for row in statuses:
+        for st in row:
+            if st != _BLANK:
+                counts[st] += 1
+    return counts
+
+
+def arch_panel_title(arch: str, statuses: list[list[str]]) -> str:
+    """`sm90: 132 cells` then the count of each status (green and red always, the others when present)."""
+    counts = grid_counts(statuses)
+    shown = [f"{PLOT_GLYPH[s]} {counts[s]} {s}" for s in ORDER if s in ("green", "red") or counts[s]]
+    return f"{arch}: {sum(counts.values())} cells\n" + ", ".join(shown)
+
+
+def arch_heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
+    """One heatmap panel per arch, side by side, with the same rows and columns in every panel (the row
+    labels on the leftmost), each titled with its arch and its counts. For a file with two or more arches."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    arches, rows, cols, grids = arch_heatmap_grids(doc)
+    if len(arches) < 2:
+        raise ValueError(f"a per-arch heatmap needs two or more arches, the file has {arches or 'none'}")
+    panel = max(3.0, 0.55 * len(cols) + 0.8)
+    width = 3.5 + panel * len(arches)
+    height = max(3.0, 0.32 * len(rows) + 2.4)
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    for i, arch in enumerate(arches):
+        axis = fig.add_subplot(1, len(arches), i + 1)
+        _draw_grid(axis, rows, cols, grids[arch], row_labels=i == 0)
+        axis.set_title(arch_panel_title(arch, grids[arch]), fontsize=8)
+    fig.suptitle(f"{title}: per arch", fontsize=9)
+    fig.legend(
+        handles=[
+            *(
+                Patch(
+                    facecolor=COLOUR[s],
+                    edgecolor="black",
+                    hatch="///" if s == "missing" else None,
+                    label=f"{PLOT_GLYPH[s]} {s}",
+                )
+                for s in ORDER
+            ),
+            Patch(facecolor="#FFFFFF", edgecolor="#BBBBBB", label="blank: not run on this arch"),
+        ],
+        loc="lower center",
+        ncol=len(ORDER) + 1,
+        fontsize=7,
+        frameon=False,
+    )
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
+
+
+def render_arch_heatmap(doc: Mapping[str, Any], png_path: Path, title: str = "ws1 matrix") -> Path:
+    """Write the per-arch heatmap PNG (two or more arches)."""
+    fig = arch_heatmap_figure(doc, title)
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png_path, dpi=120)
+    return png_path
 
 
 def render_heatmap(doc: Mapping[str, Any], png_path: Path, title: str = "ws1 matrix") -> Path:
@@ -595,7 +722,9 @@ def report_stem(path: Path) -> str:
 def write_report(
     path: str | Path, out_dir: str | Path | None = None, *, allow_in_checkout: bool = False
 ) -> tuple[Path, Path]:
-    """Write `<stem>.report.md` and `<stem>.heatmap.png` beside the evidence (or into `out_dir`).
+    """Write `<stem>.report.md` and `<stem>.heatmap.png` beside the evidence (or into `out_dir`), and, when the
+    file's profiles ran on two or more arches, `<stem>.arch-heatmap.png` (one panel per arch; an older one is
+    removed when the file has fewer arches, so it never describes other cells: `arch_heatmap_path`).
 
     Like every evidence output, a report inside the git checkout (and not ignored by git) is refused unless
     `allow_in_checkout`: it would leave untracked files there. Works on partial files too (a torn last line is
@@ -619,5 +748,17 @@ def write_report(
     result = gate(doc, source=p.name)
     # the picture carries the gate line's qualifier: a reduced PASS once read as a plain "PASS" in the PNG
     verdict = result.verdict + (f" (reduced: {', '.join(result.reduced)})" if result.reduced else "")
-    render_heatmap(doc, png, title=heatmap_title(doc, p.name, verdict))
+    title = heatmap_title(doc, p.name, verdict)
+    render_heatmap(doc, png, title=title)
+    per_arch = arch_heatmap_path(png)
+    if len(evidence_arches(doc)) >= 2:
+        render_arch_heatmap(doc, per_arch, title=title)
+    else:
+        per_arch.unlink(missing_ok=True)
     return md, png
+
+
+def arch_heatmap_path(png: Path) -> Path:
+    """`<stem>.arch-heatmap.png` beside `<stem>.heatmap.png`: what `write_report` writes for two or more arches."""
+    name = png.name[: -len(HEATMAP_SUFFIX)] if png.name.endswith(HEATMAP_SUFFIX) else png.stem
+    return png.with_name(name + ARCH_HEATMAP_SUFFIX)
