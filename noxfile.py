@@ -21,11 +21,13 @@ import contextlib
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nox
 
@@ -109,7 +111,6 @@ def evidence_dir_problem(out: Path) -> str | None:
 
 def _inside_checkout(out: Path) -> str | None:
     """Why `out` may not hold evidence because it lies in this checkout and git does not ignore it, or None."""
-    import subprocess
 
     try:
         out.resolve().relative_to(ROOT)
@@ -343,8 +344,10 @@ def _gpu_args(session: nox.Session) -> tuple[list[str], list[str], bool]:
             (profiles if arg == "--profile" else tiers).append(args.pop(0))
         elif arg == "--no-tests":
             run_tests = False
+        elif arg == "--one-env":
+            pass  # read by _gpu_session (one_env_requested)
         else:
-            session.error(f"unknown argument {arg!r} (use --profile P, --tier T, --no-tests)")
+            session.error(f"unknown argument {arg!r} (use --profile P, --tier T, --no-tests, --one-env)")
     unknown = [p for p in profiles if p not in GPU_PROFILES]
     if unknown:
         session.error(f"unknown GPU profile {unknown[0]!r} (known: {', '.join(GPU_PROFILES)})")
@@ -385,7 +388,6 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     batch-variant), never gated. The sm86 session on an sm_90 card builds sm86 code that runs through the PTX
     JIT: its shards are labelled `@sm86-proxy` and must never be read as an sm86 run.
     """
-    import subprocess
 
     want = GPU_ARCH[name]
     probe = subprocess.run([sys.executable, "-c", GPU_PROBE], capture_output=True, text=True, check=False)
@@ -405,9 +407,10 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     if env.get("WS1_ARCH_LABEL") == "sm86-proxy":
         profiles = _proxy_profiles(session, profiles)
     _install_packages(session, _existing_packages())
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(_build_cuda_extension(session, name)), os.environ.get("PYTHONPATH", "")) if p
-    )
+    modules = _build_cuda_extension(session, name)
+    inherited = os.environ.get("PYTHONPATH", "")
+    # the GPU tests cover every profile, so they see every module built
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*map(str, modules.values()), inherited) if p)
     failures: list[str] = []
     if run_tests:
         with _step(session, "pytest -m gpu"):
@@ -416,13 +419,21 @@ def _gpu_session(session: nox.Session, name: str) -> None:
             except nox.command.CommandFailed:
                 failures.append("pytest -m gpu")
     out = _evidence_dir(session, name)
+    one_env = one_env_requested(list(session.posargs), sys.argv)
     for profile in profiles:
         gated = profile not in BASELINE_PROFILES
+        # each profile in its own virtualenv, seeing only its own built modules (--one-env / --no-venv: the
+        # machine's one environment, every module on the path, as before)
+        bin_dir = None if one_env else _profile_venv(session, name, profile)
+        penv = (
+            dict(env) if one_env else {**env, "PYTHONPATH": profile_pythonpath(profile, modules, inherited)}
+        )
         for model in GPU_MODELS:
             # full widths first (the gate's --full verdict), then the tiny widths: a candidate must be green at
             # every width the gate accepts (the linear_logp weight gradient was red at tiny widths only)
             pdir = out / (profile if model == "qwen3-8b" else f"{profile}-{model}")
-            problem = _gpu_matrix(session, profile, model, tiers, pdir, env, gated)
+            with _step(session, f"profile {profile} ({model})"):
+                problem = _gpu_matrix(session, profile, model, tiers, pdir, penv, gated, bin_dir)
             if problem is not None:
                 failures.append(problem)
     if failures:
@@ -449,11 +460,12 @@ def _proxy_profiles(session: nox.Session, profiles: list[str]) -> list[str]:
     return [p for p in profiles if p in PROXY_PROFILES]
 
 
-def _build_cuda_extension(session: nox.Session, name: str) -> Path:
-    """Build csrc/ into build/cuda-<session> for the session's arch list; the directory to put on PYTHONPATH.
+def _build_cuda_extension(session: nox.Session, name: str) -> dict[str, Path]:
+    """Build csrc/ into build/cuda-<session> for the session's arch list; the folder of each module built.
 
-    A build that fails fails the session: the cuda profiles would otherwise be judged red for a reason that is
-    not theirs."""
+    `generic` holds ws1_cuda_ext; `hopper` (9.0a builds only) ws1_cuda_sm90_ext, moved into a folder of its own so
+    that only the profile that runs it has it on its path (`profile_pythonpath`). A build that fails fails the
+    session: the cuda profiles would otherwise be judged red for a reason that is not theirs."""
     out = ROOT / "build" / f"cuda-{name}"
     with _step(session, f"build csrc/ for {CUDA_ARCH_LISTS[name]}"):
         session.run(
@@ -461,7 +473,81 @@ def _build_cuda_extension(session: nox.Session, name: str) -> Path:
             "--build-temp", str(out / "tmp"),
             env={"TORCH_CUDA_ARCH_LIST": CUDA_ARCH_LISTS[name], "MAX_JOBS": str(os.cpu_count() or 2)},
         )  # fmt: skip
-    return out
+    return split_modules(out)
+
+
+#: the built module folders each GPU profile's environment sees (PYTHONPATH); a profile not named sees none
+PROFILE_MODULES: dict[str, tuple[str, ...]] = {
+    "cuda_bf16": ("generic",),
+    "cuda_bf16_sm90": ("generic", "hopper"),
+}
+
+
+def split_modules(out: Path) -> dict[str, Path]:
+    """Move the Hopper module out of the build folder into `out/hopper` (replacing an older copy); the folders."""
+    found = {"generic": out}
+    hopper = sorted(out.glob("ws1_cuda_sm90_ext*.so"))
+    if hopper or (out / "hopper").is_dir():
+        (out / "hopper").mkdir(exist_ok=True)
+        for so in hopper:
+            so.replace(out / "hopper" / so.name)
+        found["hopper"] = out / "hopper"
+    return found
+
+
+def profile_pythonpath(profile: str, modules: dict[str, Path], inherited: str = "") -> str:
+    """PYTHONPATH for one profile's harness: its own built modules, then what the session inherited (carried
+    wheels). A profile whose module this build lacks gets none of it, and its cells say the module is missing."""
+    own = [str(modules[m]) for m in PROFILE_MODULES.get(profile, ()) if m in modules]
+    return os.pathsep.join(p for p in (*own, inherited) if p)
+
+
+def one_env_requested(posargs: list[str], argv: list[str]) -> bool:
+    """Whether the GPU session runs every profile in the machine's one environment: `--one-env` after `--`, or
+    nox's own `--no-venv` (the fallback the design card names)."""
+    return "--one-env" in posargs or "--no-venv" in argv
+
+
+def parent_site_packages() -> list[str]:
+    """The site-packages of the interpreter running nox when it is itself a virtualenv (the GPU machine's torch
+    lives in one): a venv made from it with --system-site-packages sees the base interpreter's packages, not these,
+    so `make_profile_venv` links them in through a .pth file. Empty when nox runs on a base interpreter."""
+    if sys.prefix == sys.base_prefix:
+        return []
+    import site
+
+    return [p for p in site.getsitepackages() if Path(p).is_dir()]
+
+
+def make_profile_venv(venv: Path, run: Any) -> Path:
+    """Create (once) and fill a profile's virtualenv; its `bin` folder. `run(*cmd)` runs a command.
+
+    It sees the machine's CUDA torch (the system site packages, and the running venv's through a .pth file), gets
+    the ws1 packages from the checkout (editable, no registry, no build isolation: offline on the GPU machine),
+    and nothing else: the built extensions reach it only through the PYTHONPATH its profile is given."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        # no pip of its own: a bundled setuptools (Python 3.11's ensurepip) would shadow the machine's newer one,
+        # which the offline editable installs need; pip and setuptools come from the machine's packages
+        run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv))
+        parents = parent_site_packages()
+        if parents:
+            purelib = subprocess.run(
+                [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                capture_output=True, text=True, check=True,
+            ).stdout.strip()  # fmt: skip
+            (Path(purelib) / "_ws1_parent_env.pth").write_text("\n".join(parents) + "\n", encoding="utf-8")
+    args = [a for pkg in _existing_packages() for a in ("-e", str(PACKAGES / pkg))]
+    run(str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", *args)
+    return venv / "bin"
+
+
+def _profile_venv(session: nox.Session, name: str, profile: str) -> Path:
+    """`.nox/<session>-<profile>`: a profile's own virtualenv (`make_profile_venv`)."""
+    with _step(session, f"environment {profile}"):
+        return make_profile_venv(
+            ROOT / ".nox" / f"{name}-{profile}", lambda *cmd: session.run(*cmd, external=True)
+        )
 
 
 def _gpu_matrix(
@@ -472,14 +558,17 @@ def _gpu_matrix(
     pdir: Path,
     env: dict[str, str],
     gated: bool,
+    bin_dir: Path | None = None,
 ) -> str | None:
-    """One profile's matrix at one model's widths into `pdir`, reported and gated; the failure, or None."""
+    """One profile's matrix at one model's widths into `pdir`, reported and gated; the failure, or None.
+    `bin_dir`: the profile's own environment (its `ws1`), else the session's."""
     pdir.mkdir(parents=True, exist_ok=True)
+    ws1 = str(bin_dir / "ws1") if bin_dir is not None else "ws1"
     tier_args = [a for t in tiers for a in ("--tier", t)]
     model_args = [] if model == "qwen3-8b" else ["--model", model]
     with _step(session, f"matrix {profile} ({model})"):
         session.run(
-            "ws1", "matrix", "--profile", profile, *model_args, *tier_args, "--out", str(pdir), "--force",
+            ws1, "matrix", "--profile", profile, *model_args, *tier_args, "--out", str(pdir), "--force",
             success_codes=[0, 1], env=env, external=True,
         )  # fmt: skip
     evidence = sorted(p for p in pdir.glob("*.json") if not p.name.endswith(".partial.json"))

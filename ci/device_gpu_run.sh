@@ -53,7 +53,8 @@ for s in "$@"; do
             done ;;
     tune)   step tune "${TUNE_LIMIT:-240}" python3 ci/tune_kernels.py --out "$ev/tune.json" ${TUNE_ARGS:-} ;;
     script) step "${SCRIPT_NAME:-script}" "${SCRIPT_LIMIT:-240}" bash -c "${SCRIPT:?set SCRIPT}" ;;
-    nox)    step "${NOX_SESSION:-gpu_sm90}" "${NOX_LIMIT:-500}" python3 -m nox --no-venv -s "${NOX_SESSION:-gpu_sm90}" -- ${NOX_ARGS:-} ;;
+    # NOX_GLOBAL: nox's own flags (default --no-venv: one environment; empty: each profile in its own venv)
+    nox)    step "${NOX_SESSION:-gpu_sm90}" "${NOX_LIMIT:-500}" python3 -m nox ${NOX_GLOBAL---no-venv} -s "${NOX_SESSION:-gpu_sm90}" -- ${NOX_ARGS:-} ;;
     # compute-sanitizer over one forward and one backward of every candidate of SANITIZE_PROFILE (cuda_bf16) at
     # small, odd shapes (ci/sanitize_cuda.py: the bench's inputs at the tiny widths, candidates only); only the
     # kernels whose name holds SANITIZE_KNS are instrumented (ws1_: the generic build; device_kernel: the Hopper
