@@ -25,3 +25,29 @@ def evidence_files() -> list[tuple[Path, str, bool]]:
         if m or c:
             out.append((path, (m or c).group(1), bool(c)))  # type: ignore[union-attr]
     return out
+
+
+#: the committed cuda_bf16 shards of sm90 and of the sm86 proxy (the merge, environment and per-arch report tests)
+CUDA_SM90 = sorted(EVIDENCE.glob("cuda-sm90-*/cuda_bf16/cuda_bf16.sm90.json"))
+CUDA_PROXY = sorted(EVIDENCE.glob("cuda-sm86proxy-*/cuda_bf16/cuda_bf16.sm86-proxy.json"))
+
+
+def cuda_shard_pair(tmp: Path) -> tuple[Path, Path]:
+    """The committed sm90 and sm86-proxy cuda_bf16 shards as one commit's pair.
+
+    When the current bundles name two commits (one was rerun alone), the proxy shard is copied into `tmp` with the
+    sm90 shard's commit: the tests that use the pair are about merging, environments and where the arches disagree,
+    not about which commit ran (the merge's refusal of two commits has its own tests)."""
+    import json
+
+    assert len(CUDA_SM90) == 1 and len(CUDA_PROXY) == 1, (CUDA_SM90, CUDA_PROXY)
+    sm90, proxy = CUDA_SM90[0], CUDA_PROXY[0]
+    a, b = json.loads(sm90.read_text()), json.loads(proxy.read_text())
+    if a["provenance"]["git_commit"] == b["provenance"]["git_commit"]:
+        return sm90, proxy
+    b["provenance"]["git_commit"] = a["provenance"]["git_commit"]
+    b["provenance"]["git_dirty"] = a["provenance"]["git_dirty"]
+    tmp.mkdir(parents=True, exist_ok=True)
+    copy = tmp / proxy.name
+    copy.write_text(json.dumps(b), encoding="utf-8")
+    return sm90, copy

@@ -7,22 +7,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from evidence_files import CUDA_SM90, cuda_shard_pair
 
 from ws1_harness.cli import main
 from ws1_harness.verdict.environments import differences, environment_lines
 from ws1_harness.verdict.evidence import load_evidence
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "docs" / "evidence"
-SM90 = sorted(EVIDENCE.glob("cuda-sm90-*/cuda_bf16/cuda_bf16.sm90.json"))
-PROXY = sorted(EVIDENCE.glob("cuda-sm86proxy-*/cuda_bf16/cuda_bf16.sm86-proxy.json"))
+SM90 = CUDA_SM90
 BOTH = ["--expect", "cuda_bf16@sm90", "--expect", "cuda_bf16@sm86-proxy"]
 
 
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    assert len(SM90) == 1 and len(PROXY) == 1, (SM90, PROXY)
+    sm90, proxy = cuda_shard_pair(tmp_path_factory.mktemp("pair"))
     out = tmp_path_factory.mktemp("merged") / "merged.json"
-    assert main(["merge", str(SM90[0]), str(PROXY[0]), "--out", str(out)]) == 0
+    assert main(["merge", str(sm90), str(proxy), "--out", str(out)]) == 0
     return out
 
 

@@ -1,6 +1,6 @@
 """The per-arch heatmap (`<stem>.arch-heatmap.png`): one panel per arch side by side, same rows and columns in
 every panel, each titled with its arch and its counts; written by `ws1 report` beside the single heatmap only for
-a file of two or more arches. Checked on the committed CUDA shards (sm90 and the sm86 proxy of one commit) and on
+a file of two or more arches. Checked on the committed CUDA shards (sm90 and the sm86 proxy, as one commit's pair: `evidence_files.cuda_shard_pair`) and on
 small documents, on the grid data and the figure's axes, never on pixels."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from evidence_files import CUDA_SM90, cuda_shard_pair
 
 from ws1_harness.cli import main
 from ws1_harness.verdict.evidence import load_evidence
@@ -25,17 +26,15 @@ from ws1_harness.verdict.report import (
     write_report,
 )
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "docs" / "evidence"
-SM90 = sorted(EVIDENCE.glob("cuda-sm90-*/cuda_bf16/cuda_bf16.sm90.json"))
-PROXY = sorted(EVIDENCE.glob("cuda-sm86proxy-*/cuda_bf16/cuda_bf16.sm86-proxy.json"))
+SM90 = CUDA_SM90
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    assert len(SM90) == 1 and len(PROXY) == 1, (SM90, PROXY)
+    sm90, proxy = cuda_shard_pair(tmp_path_factory.mktemp("pair"))
     out = tmp_path_factory.mktemp("merged") / "merged.json"
-    assert main(["merge", str(SM90[0]), str(PROXY[0]), "--out", str(out)]) == 0
+    assert main(["merge", str(sm90), str(proxy), "--out", str(out)]) == 0
     return out
 
 
