@@ -51,3 +51,13 @@ def cuda_shard_pair(tmp: Path) -> tuple[Path, Path]:
     copy = tmp / proxy.name
     copy.write_text(json.dumps(b), encoding="utf-8")
     return sm90, copy
+
+
+def merged_cuda_pair(tmp: Path) -> Path:
+    """The pair of `cuda_shard_pair` merged by `ws1 merge` into `tmp/merged.json` (which must succeed)."""
+    from ws1_harness.cli import main
+
+    sm90, proxy = cuda_shard_pair(tmp / "pair")
+    out = tmp / "merged.json"
+    assert main(["merge", str(sm90), str(proxy), "--out", str(out)]) == 0
+    return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from evidence_files import CUDA_SM90, cuda_shard_pair
+from evidence_files import CUDA_SM90, merged_cuda_pair
 
 from ws1_harness.cli import main
 from ws1_harness.verdict.environments import differences, environment_lines
@@ -19,10 +19,7 @@ BOTH = ["--expect", "cuda_bf16@sm90", "--expect", "cuda_bf16@sm86-proxy"]
 
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    sm90, proxy = cuda_shard_pair(tmp_path_factory.mktemp("pair"))
-    out = tmp_path_factory.mktemp("merged") / "merged.json"
-    assert main(["merge", str(sm90), str(proxy), "--out", str(out)]) == 0
-    return out
+    return merged_cuda_pair(tmp_path_factory.mktemp("merged"))
 
 
 def test_the_merge_of_both_shards_passes_with_both_expected(

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from evidence_files import CUDA_SM90, cuda_shard_pair
+from evidence_files import CUDA_SM90, merged_cuda_pair
 
 from ws1_harness.cli import main
 from ws1_harness.verdict.evidence import load_evidence
@@ -32,10 +32,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    sm90, proxy = cuda_shard_pair(tmp_path_factory.mktemp("pair"))
-    out = tmp_path_factory.mktemp("merged") / "merged.json"
-    assert main(["merge", str(sm90), str(proxy), "--out", str(out)]) == 0
-    return out
+    return merged_cuda_pair(tmp_path_factory.mktemp("merged"))
 
 
 @pytest.fixture(scope="module")

@@ -547,11 +547,25 @@ def _draw_grid(
     axis.tick_params(which="minor", length=0)
 
 
+def _status_patches(suffix: Mapping[str, str]) -> list[Any]:
+    """One legend patch per status, colour, hatch and glyph as drawn; `suffix[status]` follows its name."""
+    from matplotlib.patches import Patch
+
+    return [
+        Patch(
+            facecolor=COLOUR[s],
+            edgecolor="black",
+            hatch="///" if s == "missing" else None,
+            label=f"{PLOT_GLYPH[s]} {s}{suffix.get(s, '')}",
+        )
+        for s in ORDER
+    ]
+
+
 def heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
     """The heatmap as a matplotlib Figure (Agg canvas, no global pyplot state): colour, glyph, legend counts."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
 
     rows, cols, statuses = _heatmap_grid(doc)
     width = max(6.0, 0.55 * len(cols) + 3.5)
@@ -563,15 +577,7 @@ def heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
     axis.set_title(title, fontsize=9)
     counts = status_counts(doc)
     fig.legend(
-        handles=[
-            Patch(
-                facecolor=COLOUR[s],
-                edgecolor="black",
-                hatch="///" if s == "missing" else None,
-                label=f"{PLOT_GLYPH[s]} {s} ({counts[s]})",
-            )
-            for s in ORDER
-        ],
+        handles=_status_patches({s: f" ({counts[s]})" for s in ORDER}),
         loc="lower center",
         ncol=len(ORDER),
         fontsize=7,
@@ -662,15 +668,7 @@ def arch_heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> An
     fig.suptitle(f"{title}: per arch", fontsize=9)
     fig.legend(
         handles=[
-            *(
-                Patch(
-                    facecolor=COLOUR[s],
-                    edgecolor="black",
-                    hatch="///" if s == "missing" else None,
-                    label=f"{PLOT_GLYPH[s]} {s}",
-                )
-                for s in ORDER
-            ),
+            *_status_patches({}),
             Patch(facecolor="#FFFFFF", edgecolor="#BBBBBB", label="blank: not run on this arch"),
         ],
         loc="lower center",
