@@ -344,10 +344,12 @@ def _gpu_args(session: nox.Session) -> tuple[list[str], list[str], bool]:
             (profiles if arg == "--profile" else tiers).append(args.pop(0))
         elif arg == "--no-tests":
             run_tests = False
-        elif arg == "--one-env":
-            pass  # read by _gpu_session (one_env_requested)
+        elif arg in ("--one-env", "--no-build"):
+            pass  # read by _gpu_session (one_env_requested, --no-build: reuse build/cuda-<session> as it is)
         else:
-            session.error(f"unknown argument {arg!r} (use --profile P, --tier T, --no-tests, --one-env)")
+            session.error(
+                f"unknown argument {arg!r} (use --profile P, --tier T, --no-tests, --one-env, --no-build)"
+            )
     unknown = [p for p in profiles if p not in GPU_PROFILES]
     if unknown:
         session.error(f"unknown GPU profile {unknown[0]!r} (known: {', '.join(GPU_PROFILES)})")
@@ -407,7 +409,11 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     if env.get("WS1_ARCH_LABEL") == "sm86-proxy":
         profiles = _proxy_profiles(session, profiles)
     _install_packages(session, _existing_packages())
-    modules = _build_cuda_extension(session, name)
+    if "--no-build" in session.posargs:  # whatever an earlier build left (none: the cuda profiles say so)
+        built = ROOT / "build" / f"cuda-{name}"
+        modules = split_modules(built) if built.is_dir() else {}
+    else:
+        modules = _build_cuda_extension(session, name)
     inherited = os.environ.get("PYTHONPATH", "")
     # the GPU tests cover every profile, so they see every module built
     env["PYTHONPATH"] = os.pathsep.join(p for p in (*map(str, modules.values()), inherited) if p)
