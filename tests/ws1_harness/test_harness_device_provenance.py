@@ -144,3 +144,43 @@ def test_green_cell_without_device_is_refused(factory) -> None:
     green = next(c for c in doc["cells"] if c["status"] == "green")
     green["device"] = None
     assert any("green but records no device" in p for p in device_contradictions(doc))
+
+
+def _own_arch_doc(factory, code_objects, arch_proxy=None):
+    doc, _ = _doc(factory)
+    _relabel(doc, doc["axes"]["profiles"][0] + "@sm90")
+    doc["provenance"].update(
+        device="cuda", capability="sm_90", arch_proxy=arch_proxy, code_objects=code_objects
+    )
+    for c in doc["cells"]:
+        c["device"] = dict(CUDA_SM90)
+        c["observed_kernels"] = ["ws1.cuda.silu.pointwise"]
+    return doc
+
+
+def test_a_cell_of_the_devices_own_arch_that_ran_its_own_code_passes(factory) -> None:
+    doc = _own_arch_doc(factory, [{"name": "ws1_silu_fwd", "binary_version": 90, "ptx_version": 90}])
+    assert device_contradictions(doc) == []
+
+
+def test_an_unlabelled_proxy_is_refused(factory) -> None:
+    """sm86 PTX through the JIT, labelled sm90: the code objects give it away."""
+    doc = _own_arch_doc(factory, [{"name": "ws1_silu_fwd", "binary_version": 90, "ptx_version": 86}])
+    assert any("an unlabelled proxy run" in p for p in device_contradictions(doc))
+
+
+def test_a_declared_proxy_under_the_devices_own_label_is_refused(factory) -> None:
+    doc = _own_arch_doc(
+        factory,
+        [{"name": "ws1_silu_fwd", "binary_version": 90, "ptx_version": 90}],
+        arch_proxy="sm86 code through the PTX JIT on an sm_90 device",
+    )
+    assert any("declares an arch proxy" in p for p in device_contradictions(doc))
+
+
+def test_foreign_ptx_does_not_matter_when_the_cell_ran_no_extension_kernel(factory) -> None:
+    """A Triton cell in a process that also loaded an sm86 build ran the device's own code."""
+    doc = _own_arch_doc(factory, [{"name": "ws1_silu_fwd", "binary_version": 90, "ptx_version": 86}])
+    for c in doc["cells"]:
+        c["observed_kernels"] = ["triton:ws1_silu_fwd"]
+    assert device_contradictions(doc) == []

@@ -149,7 +149,27 @@ def device_contradictions(doc: Mapping[str, Any]) -> list[str]:
                     out.append(f"{where}: labelled {label!r} but {why}")
         elif label != dev["capability"].replace("_", ""):
             out.append(f"{where}: labelled {label!r} but ran on {dev['capability']}")
+        else:
+            why = unlabelled_proxy(label, prov, cell)
+            if why is not None:
+                out.append(f"{where}: labelled {label!r} (the device's own arch) but {why}")
     return out
+
+
+def unlabelled_proxy(label: str, prov: Mapping[str, Any], cell: Mapping[str, Any]) -> str | None:
+    """Why a cell labelled with the device's own arch was in fact a proxy run, or None.
+
+    A proxy run must say so in its label (`@sm86-proxy`): a shard that declares an arch proxy, or whose CUDA
+    extension's code objects come from another arch's PTX while the cell ran the extension's kernels, would
+    otherwise read as a run of the device's own code."""
+    if prov.get("arch_proxy"):
+        return f"the shard declares an arch proxy ({prov['arch_proxy']}): label it '<arch>-proxy'"
+    ran_extension = any(str(k).startswith(PROXY_KERNELS) for k in cell.get("observed_kernels") or ())
+    arch = label.removeprefix("sm")
+    other = sorted({str(o["ptx_version"]) for o in prov.get("code_objects") or []} - {arch})
+    if ran_extension and other:
+        return f"its shard's code objects come from PTX {', '.join(other)}: an unlabelled proxy run"
+    return None
 
 
 #: kernel ids of the ws1 CUDA extension (csrc/), the only code whose arch a proxy run can choose
