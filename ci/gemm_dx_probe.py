@@ -15,15 +15,19 @@ from functools import partial
 import torch
 import triton.testing
 
-import ws1_kernels.cuda_sm90  # noqa: F401 - registers torch.ops.ws1_sm90 when built
+import ws1_kernels.cuda_sm90  # its extension() loads the Hopper module: torch.ops.ws1_sm90
 
-SHAPES = {  # name: (K, N) of the forward, x [M, K] @ w[N, K]^T
-    "qkv": (4096, 6144),
-    "o": (4096, 4096),
-    "gate_up": (4096, 24576),
-    "down": (12288, 4096),
-    "lm_head": (4096, 151936),
-}
+
+def gemm_shapes(model: str = "qwen3-8b") -> dict[str, tuple[int, int]]:
+    """name -> (K, N) of the forward `x [M, K] @ w [N, K]^T`: the operator spec's det_gemm and lm_head bench
+    shapes at the manifest's widths, as `ws1 bench` reads them."""
+    from ws1_harness.run.bench.shapes import op_shapes
+    from ws1_workload import load_manifest
+
+    table = op_shapes(load_manifest(None).model(model))
+    return {
+        name: (int(d["K"]), int(d["N"])) for op in ("det_gemm", "lm_head") for name, d in table[op].items()
+    }
 
 
 def main() -> None:
@@ -38,7 +42,7 @@ def main() -> None:
     args = ap.parse_args()
     if ws1_kernels.cuda_sm90.extension() is None:
         raise SystemExit(f"gemm_dx_probe: {ws1_kernels.cuda_sm90.missing_reason()}")
-    for name, (k, n) in SHAPES.items():
+    for name, (k, n) in gemm_shapes().items():
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         for m in args.ms or (1, 64, 512, 4096):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
