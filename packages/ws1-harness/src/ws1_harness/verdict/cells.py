@@ -218,6 +218,14 @@ class Cell:
         )
 
 
+def split_arch(label: str) -> tuple[str, str | None]:
+    """`cuda_bf16@sm86-proxy` -> (`cuda_bf16`, `sm86-proxy`); a profile without an arch (the CPU shard's
+    `portable_cpu`) -> (`portable_cpu`, None). The label is what names a cell's arch: a proxy shard's cells record
+    the device they ran on (sm_90), not the arch they stand for."""
+    base, sep, arch = label.partition("@")
+    return base, (arch if sep and arch else None)
+
+
 def cell_key_of(d: Mapping[str, Any]) -> CellKey:
     """The key of a cell given as a JSON dict."""
     return CellKey(d["profile"], d["operator"], d["tier"], d["judgment"])

@@ -165,8 +165,7 @@ def unlabelled_proxy(label: str, prov: Mapping[str, Any], cell: Mapping[str, Any
     if prov.get("arch_proxy"):
         return f"the shard declares an arch proxy ({prov['arch_proxy']}): label it '<arch>-proxy'"
     ran_extension = any(str(k).startswith(PROXY_KERNELS) for k in cell.get("observed_kernels") or ())
-    arch = label.removeprefix("sm")
-    other = sorted({str(o["ptx_version"]) for o in prov.get("code_objects") or []} - {arch})
+    other = foreign_ptx(prov, label.removeprefix("sm"))
     if ran_extension and other:
         return f"its shard's code objects come from PTX {', '.join(other)}: an unlabelled proxy run"
     return None
@@ -198,10 +197,15 @@ def proxy_unproven(label: str, prov: Mapping[str, Any], cell: Mapping[str, Any])
     objs = prov.get("code_objects") or []
     if not objs:
         return "its shard records no code object, so nothing shows that sm" + arch + " code ran"
-    other = sorted({str(o["ptx_version"]) for o in objs} - {arch})
+    other = foreign_ptx(prov, arch)
     if other:
         return f"its shard's code objects come from PTX {', '.join(other)}, not sm{arch} code"
     return None
+
+
+def foreign_ptx(prov: Mapping[str, Any], arch: str) -> list[str]:
+    """The PTX versions among the shard's code objects other than `arch` (`"86"`, `"90"`), sorted."""
+    return sorted({str(o["ptx_version"]) for o in prov.get("code_objects") or []} - {arch})
 
 
 def error_detail(raw: Mapping[str, Any]) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ws1_harness.verdict.cells import CellKey, cell_key_of
+from ws1_harness.verdict.cells import CellKey, cell_key_of, split_arch
 from ws1_harness.verdict.evidence import (
     ARCH_HEATMAP_SUFFIX,
     HEATMAP_SUFFIX,
@@ -387,12 +387,12 @@ def arch_disagreements(doc: Mapping[str, Any]) -> tuple[dict[str, list[str]], li
     different statuses: ({profile: [its arches]} for profiles seen on two or more, [one entry per such cell])."""
     arches: dict[str, list[str]] = {}
     for label in doc["axes"]["profiles"]:
-        base, _, arch = label.partition("@")
+        base, arch = split_arch(label)
         arches.setdefault(base, []).append(arch or "host")
     multi = {base: sorted(a) for base, a in arches.items() if len(a) > 1}
     by_cell: dict[tuple[str, str, str, str], dict[str, str]] = {}
     for cell in doc["cells"]:
-        base, _, arch = cell["profile"].partition("@")
+        base, arch = split_arch(cell["profile"])
         if base in multi:
             key = (base, cell["operator"], cell["tier"], cell["judgment"])
             by_cell.setdefault(key, {})[arch or "host"] = cell["status"]
@@ -587,14 +587,6 @@ def heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
     return fig
 
 
-def split_arch(label: str) -> tuple[str, str | None]:
-    """`cuda_bf16@sm86-proxy` -> (`cuda_bf16`, `sm86-proxy`); a profile without an arch (the CPU shard's
-    `portable_cpu`) -> (`portable_cpu`, None). The arch is the label's, as `arch_disagreements` reads it: a proxy
-    shard's cells record the device they ran on (sm_90), not the arch they stand for."""
-    base, sep, arch = label.partition("@")
-    return base, (arch if sep and arch else None)
-
-
 def evidence_arches(doc: Mapping[str, Any]) -> list[str]:
     """The arches the file's profiles are labelled with (`sm86-proxy`, `sm90`), sorted; profiles without one
     (a CPU shard) add none."""
@@ -680,20 +672,20 @@ def arch_heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> An
     return fig
 
 
-def render_arch_heatmap(doc: Mapping[str, Any], png_path: Path, title: str = "ws1 matrix") -> Path:
-    """Write the per-arch heatmap PNG (two or more arches)."""
-    fig = arch_heatmap_figure(doc, title)
+def _save_png(fig: Any, png_path: Path) -> Path:
     png_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png_path, dpi=120)
     return png_path
+
+
+def render_arch_heatmap(doc: Mapping[str, Any], png_path: Path, title: str = "ws1 matrix") -> Path:
+    """Write the per-arch heatmap PNG (two or more arches)."""
+    return _save_png(arch_heatmap_figure(doc, title), png_path)
 
 
 def render_heatmap(doc: Mapping[str, Any], png_path: Path, title: str = "ws1 matrix") -> Path:
     """Write the heatmap PNG."""
-    fig = heatmap_figure(doc, title)
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png_path, dpi=120)
-    return png_path
+    return _save_png(heatmap_figure(doc, title), png_path)
 
 
 def heatmap_title(doc: Mapping[str, Any], name: str, verdict: str) -> str:
