@@ -18,6 +18,7 @@ On a machine without a package registry run `nox --no-venv -s ...` on the system
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -111,7 +112,6 @@ def evidence_dir_problem(out: Path) -> str | None:
 
 def _inside_checkout(out: Path) -> str | None:
     """Why `out` may not hold evidence because it lies in this checkout and git does not ignore it, or None."""
-
     try:
         out.resolve().relative_to(ROOT)
     except ValueError:
@@ -332,11 +332,23 @@ GPU_TIERS = ("short", "primary", "long")
 GPU_MODELS = ("qwen3-8b", "tiny")  # full widths, then the reduced widths (seconds on the GPU)
 
 
-def _gpu_args(session: nox.Session) -> tuple[list[str], list[str], bool]:
-    """`--profile P` (repeatable), `--tier T` (repeatable) and `--no-tests` out of the session arguments."""
+@dataclasses.dataclass(frozen=True)
+class GpuArgs:
+    """A GPU session's arguments, read once: what to run, and how."""
+
+    profiles: list[str]
+    tiers: list[str]
+    run_tests: bool  # not --no-tests
+    one_env: bool  # --one-env, or nox's --no-venv (`one_env_requested`)
+    build: bool  # not --no-build: reuse build/cuda-<session> as it is
+
+
+def _gpu_args(session: nox.Session) -> GpuArgs:
+    """`--profile P`, `--tier T` (both repeatable), `--no-tests`, `--one-env` and `--no-build` out of the
+    session arguments."""
     profiles: list[str] = []
     tiers: list[str] = []
-    run_tests = True
+    run_tests, build = True, True
     args = list(session.posargs)
     while args:
         arg = args.pop(0)
@@ -344,8 +356,10 @@ def _gpu_args(session: nox.Session) -> tuple[list[str], list[str], bool]:
             (profiles if arg == "--profile" else tiers).append(args.pop(0))
         elif arg == "--no-tests":
             run_tests = False
-        elif arg in ("--one-env", "--no-build"):
-            pass  # read by _gpu_session (one_env_requested, --no-build: reuse build/cuda-<session> as it is)
+        elif arg == "--no-build":
+            build = False
+        elif arg == "--one-env":
+            pass  # one_env_requested reads it beside nox's own --no-venv
         else:
             session.error(
                 f"unknown argument {arg!r} (use --profile P, --tier T, --no-tests, --one-env, --no-build)"
@@ -353,7 +367,13 @@ def _gpu_args(session: nox.Session) -> tuple[list[str], list[str], bool]:
     unknown = [p for p in profiles if p not in GPU_PROFILES]
     if unknown:
         session.error(f"unknown GPU profile {unknown[0]!r} (known: {', '.join(GPU_PROFILES)})")
-    return profiles or list(GPU_PROFILES), tiers or list(GPU_TIERS), run_tests
+    return GpuArgs(
+        profiles=profiles or list(GPU_PROFILES),
+        tiers=tiers or list(GPU_TIERS),
+        run_tests=run_tests,
+        one_env=one_env_requested(list(session.posargs), sys.argv),
+        build=build,
+    )
 
 
 # Exit 3: torch is not importable; exit 4: torch sees no CUDA device; else prints "major.minor".
@@ -390,7 +410,6 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     batch-variant), never gated. The sm86 session on an sm_90 card builds sm86 code that runs through the PTX
     JIT: its shards are labelled `@sm86-proxy` and must never be read as an sm86 run.
     """
-
     want = GPU_ARCH[name]
     probe = subprocess.run([sys.executable, "-c", GPU_PROBE], capture_output=True, text=True, check=False)
     problem = gpu_probe_problem(name, probe.returncode)
@@ -405,27 +424,28 @@ def _gpu_session(session: nox.Session, name: str) -> None:
             session.warn(f"{name}: device is sm_90: this is a PTX proxy run, not an sm86 run")
         else:
             session.error(f"{name}: expected compute capability {want}, found {have}")
-    profiles, tiers, run_tests = _gpu_args(session)
+    args = _gpu_args(session)
+    profiles, tiers = args.profiles, args.tiers
     if env.get("WS1_ARCH_LABEL") == "sm86-proxy":
         profiles = _proxy_profiles(session, profiles)
     _install_packages(session, _existing_packages())
-    if "--no-build" in session.posargs:  # whatever an earlier build left (none: the cuda profiles say so)
+    if args.build:
+        modules = _build_cuda_extension(session, name)
+    else:  # whatever an earlier build left (none: the cuda profiles say so)
         built = ROOT / "build" / f"cuda-{name}"
         modules = split_modules(built) if built.is_dir() else {}
-    else:
-        modules = _build_cuda_extension(session, name)
     inherited = os.environ.get("PYTHONPATH", "")
     # the GPU tests cover every profile, so they see every module built
     env["PYTHONPATH"] = os.pathsep.join(p for p in (*map(str, modules.values()), inherited) if p)
     failures: list[str] = []
-    if run_tests:
+    if args.run_tests:
         with _step(session, "pytest -m gpu"):
             try:  # exit 5 (no test collected) is a failure: a GPU session that tests nothing must not pass
                 session.run("python", "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", env=env)
             except nox.command.CommandFailed:
                 failures.append("pytest -m gpu")
     out = _evidence_dir(session, name)
-    one_env = one_env_requested(list(session.posargs), sys.argv)
+    one_env = args.one_env
     for profile in profiles:
         gated = profile not in BASELINE_PROFILES
         # each profile in its own virtualenv, seeing only its own built modules (--one-env / --no-venv: the
@@ -438,8 +458,7 @@ def _gpu_session(session: nox.Session, name: str) -> None:
             # full widths first (the gate's --full verdict), then the tiny widths: a candidate must be green at
             # every width the gate accepts (the linear_logp weight gradient was red at tiny widths only)
             pdir = out / (profile if model == "qwen3-8b" else f"{profile}-{model}")
-            with _step(session, f"profile {profile} ({model})"):
-                problem = _gpu_matrix(session, profile, model, tiers, pdir, penv, gated, bin_dir)
+            problem = _gpu_matrix(session, profile, model, tiers, pdir, penv, gated, bin_dir)
             if problem is not None:
                 failures.append(problem)
     if failures:

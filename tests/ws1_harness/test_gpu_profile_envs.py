@@ -115,3 +115,21 @@ def test_a_profile_venv_sees_torch_the_checkout_and_only_the_path_it_is_given(
     assert sees_hopper == "True"
     # the control: the Triton profile's environment does not see the Hopper module
     assert ask(noxfile.profile_pythonpath("triton_cuda_bf16", modules))[1] == "False"
+
+
+class _Args:
+    def __init__(self, posargs: list[str]) -> None:
+        self.posargs = posargs
+
+    def error(self, message: str) -> None:
+        raise ValueError(message)
+
+
+def test_the_session_flags_are_read_once_into_one_record(noxfile: ModuleType) -> None:
+    args = noxfile._gpu_args(_Args(["--profile", "cuda_bf16", "--no-build", "--one-env", "--no-tests"]))
+    assert (args.profiles, args.run_tests, args.one_env, args.build) == (["cuda_bf16"], False, True, False)
+    # the control: no flags, every default
+    plain = noxfile._gpu_args(_Args([]))
+    assert (plain.run_tests, plain.build) == (True, True) and plain.profiles == list(noxfile.GPU_PROFILES)
+    with pytest.raises(ValueError, match="unknown argument '--rebuild'"):
+        noxfile._gpu_args(_Args(["--rebuild"]))
