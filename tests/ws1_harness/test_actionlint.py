@@ -22,15 +22,12 @@ CONFIG = ROOT / ".github" / "actionlint.yaml"
 
 
 def find_actionlint() -> Path | None:
-    """The actionlint binary: $ACTIONLINT, PATH, this interpreter's venv, then the lint session's venv.
-
-    CI runs `nox -s lint cpu_contract`: the lint session installs actionlint into .nox/lint before the tests run.
-    """
+    """The actionlint binary: $ACTIONLINT, PATH, then this interpreter's venv (`nox -s cpu_contract` installs it
+    there, as the lint session does in its own)."""
     candidates: list[str | None] = [
         os.environ.get("ACTIONLINT"),
         shutil.which("actionlint"),
         str(Path(sys.executable).parent / "actionlint"),
-        str(ROOT / ".nox" / "lint" / "bin" / "actionlint"),
     ]
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):

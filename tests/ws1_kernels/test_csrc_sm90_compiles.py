@@ -9,29 +9,18 @@ about 45 s on two cores (CUTLASS's templates).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from repo_scripts import load_repo_script
 
 REPO = Path(__file__).resolve().parents[2]
 SM90 = REPO / "csrc" / "sm90"
 NVCC = shutil.which("nvcc")
-
-
-def _setup_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ws1_csrc_setup", REPO / "csrc" / "setup.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # defines the flags and the header lookup; main() runs only as a script
-    return mod
-
-
-SETUP = _setup_module()
+SETUP = load_repo_script("csrc/setup.py", "ws1_csrc_setup")  # main() runs only as a script
 INCLUDES: list[str] = SETUP.cutlass_includes()
 
 if NVCC is None or not INCLUDES:
