@@ -152,7 +152,9 @@ CUTLASS_WHEEL = "nvidia-cutlass==4.2.0.0"
 def _cpu_env(session: nox.Session) -> None:
     if session.venv_backend != "none":
         session.install(CPU_TORCH)
-        session.install(*TEST_DEPS, *HF_DEPS, *ACTIONLINT_DEPS, "triton", "matplotlib")
+        # nox itself: the noxfile's own tests import it (tests/ws1_harness/test_harness_cli_nox.py and
+        # test_gpu_profile_envs.py), and under CI=true a missing nox fails them rather than skipping them
+        session.install(*TEST_DEPS, *HF_DEPS, *ACTIONLINT_DEPS, "triton", "matplotlib", "nox")
         session.install("--no-deps", CUTLASS_WHEEL)
     _install_packages(session, _existing_packages())
 

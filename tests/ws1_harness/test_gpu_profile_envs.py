@@ -14,13 +14,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from repo_scripts import load_repo_script
+from repo_scripts import load_noxfile
 
 
 @pytest.fixture(scope="module")
 def noxfile() -> ModuleType:
-    pytest.importorskip("nox")
-    return load_repo_script("noxfile.py", "ws1_noxfile_profile_envs")
+    return load_noxfile("ws1_noxfile_profile_envs")
 
 
 def _fake_build(tmp_path: Path) -> Path:
@@ -133,3 +132,13 @@ def test_the_session_flags_are_read_once_into_one_record(noxfile: ModuleType) ->
     assert (plain.run_tests, plain.build) == (True, True) and plain.profiles == list(noxfile.GPU_PROFILES)
     with pytest.raises(ValueError, match="unknown argument '--rebuild'"):
         noxfile._gpu_args(_Args(["--rebuild"]))
+
+
+def test_without_nox_the_noxfile_tests_fail_in_ci_and_skip_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "nox", None)  # `import nox` now raises ImportError
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(RuntimeError, match="CI=true: nox is not importable"):
+        load_noxfile("ws1_noxfile_without_nox")
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception):
+        load_noxfile("ws1_noxfile_without_nox")

@@ -12,15 +12,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from repo_scripts import load_repo_script
+from repo_scripts import load_noxfile
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def noxfile() -> ModuleType:
-    pytest.importorskip("nox")
-    return load_repo_script("noxfile.py", "ws1_noxfile_under_test")
+    return load_noxfile("ws1_noxfile_under_test")
 
 
 class SessionError(Exception):
