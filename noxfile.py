@@ -404,13 +404,18 @@ def gpu_probe_problem(name: str, code: int) -> str | None:
 
 
 def _gpu_session(session: nox.Session, name: str) -> None:
-    """Assert the arch, run the GPU tests, sweep each profile in its own process, gate every ws1 profile.
+    """Assert the arch, then build, test and sweep side by side (ci/gpu_jobs.py), and gate every ws1 profile.
 
-    The session fails (after printing every verdict) when a GPU test fails or collects nothing, or when a ws1
-    profile's shard is not PASS: red, error, timeout, an unexplained `na`, or `pending_arch` on this arch. The
+    The builds (one per module) start first; while they compile, each profile's environment is made and the
+    commands that need no build run: the GPU tests not marked `needs_build`, and the Triton and stock matrices. The
+    rest start as each build they wait for ends. At most `WS1_GPU_JOBS` (default 4) GPU commands run at once.
+
+    The session fails (after printing every verdict) when a build or a GPU test fails or collects nothing, or when a
+    ws1 profile's shard is not PASS: red, error, timeout, an unexplained `na`, or `pending_arch` on this arch. The
     `native_torch` shard is the stock baseline: recorded and reported (its report lists where the stock ops are
     batch-variant), never gated. The sm86 session on an sm_90 card builds sm86 code that runs through the PTX
-    JIT: its shards are labelled `@sm86-proxy` and must never be read as an sm86 run.
+    JIT: its shards are labelled `@sm86-proxy` and must never be read as an sm86 run; its tests are the ones that
+    run that build (`needs_build`, not `sm90`).
     """
     want = GPU_ARCH[name]
     probe = subprocess.run([sys.executable, "-c", GPU_PROBE], capture_output=True, text=True, check=False)
@@ -427,44 +432,111 @@ def _gpu_session(session: nox.Session, name: str) -> None:
         else:
             session.error(f"{name}: expected compute capability {want}, found {have}")
     args = _gpu_args(session)
+    slots_problem, slots = gpu_slots(os.environ.get("WS1_GPU_JOBS", ""))
+    if slots_problem is not None:
+        session.error(f"{name}: {slots_problem}")
     profiles, tiers = args.profiles, args.tiers
     if env.get("WS1_ARCH_LABEL") == "sm86-proxy":
         profiles = _proxy_profiles(session, profiles)
     _install_packages(session, _existing_packages())
+    out = _evidence_dir(session, name)
+    jobs = load_gpu_jobs()
+    runner = jobs.JobRunner(slots, session.log)
+    logs = out / "logs"
+    built = ROOT / "build" / f"cuda-{name}"
+    builds: tuple[str, ...] = ()
     if args.build:
-        modules = _build_cuda_extension(session, name)
+        modules, builds = _add_build_jobs(runner, name, built, logs)
+        runner.poll()  # the builds start now: the environments below are made while they compile
     else:  # whatever an earlier build left (none: the cuda profiles say so)
-        built = ROOT / "build" / f"cuda-{name}"
         modules = split_modules(built) if built.is_dir() else {}
     inherited = os.environ.get("PYTHONPATH", "")
     # the GPU tests cover every profile, so they see every module built
     env["PYTHONPATH"] = os.pathsep.join(p for p in (*map(str, modules.values()), inherited) if p)
-    failures: list[str] = []
+    bins = {} if args.one_env else _profile_venvs(session, name, profiles)
     if args.run_tests:
-        with _step(session, "pytest -m gpu"):
-            try:  # exit 5 (no test collected) is a failure: a GPU session that tests nothing must not pass
-                session.run("python", "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", env=env)
-            except nox.command.CommandFailed:
-                failures.append("pytest -m gpu")
-    out = _evidence_dir(session, name)
-    one_env = args.one_env
+        for marker, after, without_build in gpu_test_phases(name, builds):
+            runner.add(
+                jobs.Job(
+                    name=f"pytest -m '{marker}'", log=logs / f"pytest-{_slug(marker)}.log", after=after,
+                    env={**env, "PYTHONPATH": inherited, "WS1_COLLECT_WITHOUT_BUILD": "1"} if without_build else env,
+                    cmd=[sys.executable, "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider", "-rfE"],
+                )
+            )  # fmt: skip
+    matrices: list[tuple[Any, str, str, Path, bool]] = []
     for profile in profiles:
         gated = profile not in BASELINE_PROFILES
-        # each profile in its own virtualenv, seeing only its own built modules (--one-env / --no-venv: the
-        # machine's one environment, every module on the path, as before)
-        bin_dir = None if one_env else _profile_venv(session, name, profile)
         penv = (
-            dict(env) if one_env else {**env, "PYTHONPATH": profile_pythonpath(profile, modules, inherited)}
+            dict(env)
+            if args.one_env
+            else {**env, "PYTHONPATH": profile_pythonpath(profile, modules, inherited)}
         )
+        # in one environment every profile sees the build folders, so none may start before the builds end
+        after = builds if profile in PROFILE_MODULES or args.one_env else ()
         for model in GPU_MODELS:
-            # full widths first (the gate's --full verdict), then the tiny widths: a candidate must be green at
-            # every width the gate accepts (the linear_logp weight gradient was red at tiny widths only)
+            # full widths (the gate's --full verdict) and the tiny widths: a candidate must be green at every width
+            # the gate accepts (the linear_logp weight gradient was red at tiny widths only)
             pdir = out / (profile if model == "qwen3-8b" else f"{profile}-{model}")
-            problem = _gpu_matrix(session, profile, model, tiers, pdir, penv, gated, bin_dir)
-            if problem is not None:
-                failures.append(problem)
+            job = runner.add(
+                _matrix_job(jobs, profile, model, tiers, pdir, penv, bins.get(profile), after, logs)
+            )
+            matrices.append((job, profile, model, pdir, gated))
+    runner.run()
+    record = jobs.write_times(out / "session-times.json", name, runner.jobs, runner.elapsed_s(), slots)
+    session.log(f"{name}: every command ended in {record['total_s']} s ({out / 'session-times.json'})")
+    failures = [j.name for j in runner.jobs if not j.ok and not j.name.startswith("matrix ")]
+    for job in runner.jobs:
+        if not job.ok and job.rc != jobs.NOT_RUN:
+            session.warn(
+                f"{job.name} failed (exit {job.rc}); the end of {job.log}:\n{jobs.log_tail(job.log)}"
+            )
+    for job, profile, model, pdir, gated in matrices:
+        if not job.ok:
+            failures.append(job.name)
+            continue
+        problem = _judge_matrix(session, profile, model, tiers, pdir, gated)
+        if problem is not None:
+            failures.append(problem)
     if failures:
         session.error(f"{name}: not green: {'; '.join(failures)}")
+
+
+def gpu_slots(value: str) -> tuple[str | None, int]:
+    """(why `WS1_GPU_JOBS` is unusable or None, the number of GPU commands run at once: default 4)."""
+    if not value.strip():
+        return None, 4
+    if not value.strip().isdigit() or int(value) < 1:
+        return f"WS1_GPU_JOBS must be a whole number of at least 1, got {value!r}", 4
+    return None, int(value)
+
+
+def gpu_test_phases(name: str, builds: tuple[str, ...]) -> list[tuple[str, tuple[str, ...], bool]]:
+    """The GPU test runs of a session: (marker expression, the jobs it waits for, whether it runs while csrc/
+    compiles). That one never imports a test file marked `needs_build` (tests/conftest.py,
+    `WS1_COLLECT_WITHOUT_BUILD`) nor sees the build folders: a module half-written by the compiler must not be
+    loaded. The sm86 proxy session runs only the tests of its own build (the others do not depend on the session's
+    arch list, and an 8.6 build has no Hopper module)."""
+    if name == "gpu_sm86":
+        return [("gpu and needs_build and not sm90", builds, False)]
+    return [("gpu and not needs_build", (), True), ("gpu and needs_build", builds, False)]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")
+
+
+def load_gpu_jobs() -> Any:
+    """ci/gpu_jobs.py (the side-by-side runner) as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ws1_gpu_jobs", ROOT / "ci" / "gpu_jobs.py")
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.get("ws1_gpu_jobs")
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["ws1_gpu_jobs"] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return module
 
 
 #: the profiles whose code a proxy session builds for the named arch (the CUDA extension); Triton and torch's stock
@@ -487,20 +559,34 @@ def _proxy_profiles(session: nox.Session, profiles: list[str]) -> list[str]:
     return [p for p in profiles if p in PROXY_PROFILES]
 
 
-def _build_cuda_extension(session: nox.Session, name: str) -> dict[str, Path]:
-    """Build csrc/ into build/cuda-<session> for the session's arch list; the folder of each module built.
+def _add_build_jobs(runner: Any, name: str, out: Path, logs: Path) -> tuple[dict[str, Path], tuple[str, ...]]:
+    """Add one build job per module of the session's arch list (csrc/setup.py, `WS1_MODULES`), each in its own
+    build folder so that the two compile at once; (the folder each module will be in, the build jobs' names).
 
-    `generic` holds ws1_cuda_ext; `hopper` (9.0a builds only) ws1_cuda_sm90_ext, moved into a folder of its own so
-    that only the profile that runs it has it on its path (`profile_pythonpath`). A build that fails fails the
-    session: the cuda profiles would otherwise be judged red for a reason that is not theirs."""
-    out = ROOT / "build" / f"cuda-{name}"
-    with _step(session, f"build csrc/ for {CUDA_ARCH_LISTS[name]}"):
-        session.run(
-            "python", str(ROOT / "csrc" / "setup.py"), "build_ext", "--build-lib", str(out),
-            "--build-temp", str(out / "tmp"),
-            env={"TORCH_CUDA_ARCH_LIST": CUDA_ARCH_LISTS[name], "MAX_JOBS": str(os.cpu_count() or 2)},
+    `generic` (ws1_cuda_ext) goes into build/cuda-<session>, `hopper` (ws1_cuda_sm90_ext, 9.0a builds only) into
+    its own `hopper` folder beneath, so that only the profile that runs it has it on its path
+    (`profile_pythonpath`). A build that fails fails the session, and the commands that need it do not run: the
+    cuda profiles would otherwise be judged red for a reason that is not theirs."""
+    archs = CUDA_ARCH_LISTS[name]
+    wanted = ["generic", "hopper"] if "9.0a" in archs.split(";") else ["generic"]
+    for stale in out.glob("ws1_cuda_sm90_ext*.so"):  # an older build's Hopper module beside the generic one
+        stale.unlink()
+    modules = {"generic": out, **({"hopper": out / "hopper"} if "hopper" in wanted else {})}
+    names: list[str] = []
+    cpus = os.cpu_count() or 2
+    for module in wanted:
+        lib = modules[module]
+        job = runner.add(
+            load_gpu_jobs().Job(
+                name=f"build {module} ({archs})", log=logs / f"build-{module}.log", gpu=False,
+                cmd=[sys.executable, str(ROOT / "csrc" / "setup.py"), "build_ext", "--build-lib", str(lib),
+                     "--build-temp", str(out / f"tmp-{module}")],
+                env={"TORCH_CUDA_ARCH_LIST": archs, "WS1_MODULES": module,
+                     "MAX_JOBS": str(max(1, cpus // len(wanted)))},
+            )
         )  # fmt: skip
-    return split_modules(out)
+        names.append(job.name)
+    return modules, tuple(names)
 
 
 #: the built module folders each GPU profile's environment sees (PYTHONPATH); a profile not named sees none
@@ -569,35 +655,58 @@ def make_profile_venv(venv: Path, run: Any) -> Path:
     return venv / "bin"
 
 
-def _profile_venv(session: nox.Session, name: str, profile: str) -> Path:
-    """`.nox/<session>-<profile>`: a profile's own virtualenv (`make_profile_venv`)."""
-    with _step(session, f"environment {profile}"):
-        return make_profile_venv(
-            ROOT / ".nox" / f"{name}-{profile}", lambda *cmd: session.run(*cmd, external=True)
-        )
+def _profile_venvs(session: nox.Session, name: str, profiles: list[str]) -> dict[str, Path]:
+    """`.nox/<session>-<profile>` for each profile (`make_profile_venv`), made at once in threads (each is a few
+    offline pip installs, done while csrc/ compiles); each profile's `bin` folder."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(*cmd: str) -> None:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(cmd[:4])} ...: exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
+            )
+
+    with (
+        _step(session, f"environments {', '.join(profiles)}"),
+        ThreadPoolExecutor(len(profiles) or 1) as pool,
+    ):
+        futures = {p: pool.submit(make_profile_venv, ROOT / ".nox" / f"{name}-{p}", run) for p in profiles}
+        try:
+            return {p: f.result() for p, f in futures.items()}
+        except RuntimeError as exc:
+            session.error(f"{name}: a profile environment could not be made: {exc}")
+            raise  # unreachable: session.error raises
 
 
-def _gpu_matrix(
-    session: nox.Session,
+def _matrix_job(
+    jobs: Any,
     profile: str,
     model: str,
     tiers: list[str],
     pdir: Path,
     env: dict[str, str],
-    gated: bool,
-    bin_dir: Path | None = None,
-) -> str | None:
-    """One profile's matrix at one model's widths into `pdir`, reported and gated; the failure, or None.
-    `bin_dir`: the profile's own environment (its `ws1`), else the session's."""
+    bin_dir: Path | None,
+    after: tuple[str, ...],
+    logs: Path,
+) -> Any:
+    """The job that sweeps one profile's matrix at one model's widths into `pdir` (exit 1, a red cell, is for the
+    gate to judge). `bin_dir`: the profile's own environment (its `ws1`), else the session's."""
     pdir.mkdir(parents=True, exist_ok=True)
-    ws1 = str(bin_dir / "ws1") if bin_dir is not None else "ws1"
+    ws1 = str(bin_dir / "ws1") if bin_dir is not None else (shutil.which("ws1") or "ws1")
     tier_args = [a for t in tiers for a in ("--tier", t)]
     model_args = [] if model == "qwen3-8b" else ["--model", model]
-    with _step(session, f"matrix {profile} ({model})"):
-        session.run(
-            ws1, "matrix", "--profile", profile, *model_args, *tier_args, "--out", str(pdir), "--force",
-            success_codes=[0, 1], env=env, external=True,
-        )  # fmt: skip
+    return jobs.Job(
+        name=f"matrix {profile} ({model})", log=logs / f"matrix-{profile}-{model}.log", env=env, after=after,
+        cmd=[ws1, "matrix", "--profile", profile, *model_args, *tier_args, "--out", str(pdir), "--force"],
+        codes=(0, 1),
+    )  # fmt: skip
+
+
+def _judge_matrix(
+    session: nox.Session, profile: str, model: str, tiers: list[str], pdir: Path, gated: bool
+) -> str | None:
+    """Report and gate one profile's matrix in `pdir`; the failure, or None."""
     evidence = sorted(p for p in pdir.glob("*.json") if not p.name.endswith(".partial.json"))
     if len(evidence) != 1:
         return f"{profile} ({model}): expected one evidence file in {pdir}, found {len(evidence)}"

@@ -7,8 +7,23 @@ skip, so a GPU job can never go green on an empty run. CPU sessions deselect `gp
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+
+#: the marker of a test file that needs the CUDA extension built from csrc/ (pyproject.toml registers it)
+NEEDS_BUILD = "pytest.mark.needs_build"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With `WS1_COLLECT_WITHOUT_BUILD=1` (the GPU session's tests that run while csrc/ compiles) a test file marked
+    `needs_build` is not even imported: it would load the extension the compiler is still writing."""
+    if os.environ.get("WS1_COLLECT_WITHOUT_BUILD") != "1" or collection_path.suffix != ".py":
+        return None
+    try:
+        return True if NEEDS_BUILD in collection_path.read_text(encoding="utf-8") else None
+    except OSError:
+        return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

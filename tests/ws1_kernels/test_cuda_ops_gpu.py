@@ -16,7 +16,7 @@ import torch
 
 from ws1_kernels import KernelInputError, LayoutContext, cuda
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.needs_build]
 
 if cuda.extension() is None:
     if os.environ.get("WS1_REQUIRE_GPU") == "1":

@@ -21,7 +21,7 @@ import torch
 from ws1_kernels import cuda, cuda_sm90
 from ws1_kernels.cuda_sm90 import linear as sm90
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.needs_build, pytest.mark.sm90]
 REQUIRED = os.environ.get("WS1_REQUIRE_GPU") == "1"
 
 if cuda_sm90.missing_reason() is not None or not torch.cuda.is_available():
@@ -146,16 +146,11 @@ print("accepted")
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect, measured on the H200: a C++ check that fails inside ws1_cuda_sm90_ext ends the process "
-    "(SIGSEGV) instead of raising; the generic extension's checks raise. The candidate checks widths in Python "
-    "first (KernelInputError), so only a direct torch.ops.ws1_sm90.gemm call meets it",
-)
 def test_a_misaligned_width_is_refused_by_the_op() -> None:
     """Called directly (not through the candidate, which checks first), the op refuses a width TMA cannot take
     with an error, never a crash; in a child process, so that a crash is a failure here rather than the end of
-    the whole test run."""
+    the whole test run. (It once crashed: the GPU machine's compiler linked a static copy of the C++ runtime into
+    the module; csrc/setup.py now links it shared and refuses a module that carries one.)"""
     proc = subprocess.run(
         [sys.executable, "-c", _MISALIGNED],
         capture_output=True,
@@ -178,3 +173,16 @@ def test_a_short_call_is_padded_to_the_same_bits() -> None:
         part = torch.ops.ws1_sm90.gemm(a[:rows].contiguous(), b, True)
         assert part.shape == (rows, 4096) and part.is_contiguous()
         assert torch.equal(_bits(part), _bits(full[:rows])), rows
+
+
+def test_the_built_modules_link_the_cpp_runtime_shared() -> None:
+    """Neither module carries its own copy of libstdc++ (csrc/setup.py refuses one at build time; this checks the
+    modules that really loaded). The negative control, a module linked with -static-libstdc++, is in
+    tests/ws1_kernels/test_csrc_setup_link.py."""
+    import ws1_cuda_ext  # type: ignore[import-not-found]
+    import ws1_cuda_sm90_ext  # type: ignore[import-not-found]
+    from repo_scripts import load_repo_script
+
+    setup = load_repo_script("csrc/setup.py", "ws1_csrc_setup_gpu")
+    for module in (ws1_cuda_ext, ws1_cuda_sm90_ext):
+        assert setup.static_runtime_symbols(module.__file__) == [], module.__file__

@@ -14,7 +14,7 @@ import torch
 
 from ws1_kernels import cuda
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.needs_build]
 
 if cuda.extension() is None or not torch.cuda.is_available():
     if os.environ.get("WS1_REQUIRE_GPU") == "1":

@@ -1,0 +1,170 @@
+"""Run a GPU session's commands side by side: the builds, the GPU tests and each profile's matrix.
+
+Why: run one after another, the sm90 session took over ten minutes (two builds of about a minute each, two minutes
+of GPU tests, six matrices of 20-60 s), while the GPU and the machine's 16 cores sat mostly idle. The commands are
+independent except for the build: the Triton and stock profiles and the tests that need no extension run while
+csrc/ compiles, and the rest start as soon as it is done. Running side by side changes no verdict: every kernel
+judged here is batch-invariant by construction (no atomics, no split depending on load), and speed is never
+measured in these sessions (`ws1 bench` runs alone).
+
+At most `slots` GPU commands run at once (each one's caching allocator holds memory; six test workers once
+exhausted the H200's 140 GB), and commands that use no GPU (the builds) run beside them. Each command writes its
+own log; the session prints a line as each starts and ends, and the tail of the log of any that failed. The times
+are written to `session-times.json` beside the evidence, so the evidence says what each profile cost.
+
+The noxfile imports this file; `python ci/gpu_jobs.py --help` shows nothing more than this text (it is a library).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+#: a job that did not run because a job it waits for failed
+NOT_RUN = -100
+
+
+@dataclasses.dataclass
+class Job:
+    """One command of a GPU session. `after`: the jobs that must succeed before it starts; `gpu`: whether it
+    takes one of the GPU slots; `codes`: the exit codes that count as success (a matrix exits 1 on a red cell:
+    the gate judges that afterwards)."""
+
+    name: str
+    cmd: list[str]
+    log: Path
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    after: tuple[str, ...] = ()
+    gpu: bool = True
+    codes: tuple[int, ...] = (0,)
+    rc: int | None = None
+    start_s: float | None = None
+    wall_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.rc is not None and self.rc in self.codes
+
+
+class JobRunner:
+    """Starts jobs as their slots and dependencies allow; `run()` returns once every job has ended."""
+
+    def __init__(self, slots: int, say: Callable[[str], None], poll_s: float = 0.2) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be at least 1, got {slots}")
+        self.slots = slots
+        self.say = say
+        self.poll_s = poll_s
+        self.jobs: list[Job] = []
+        self._running: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
+        self._t0 = time.monotonic()
+
+    def add(self, job: Job) -> Job:
+        known = {j.name for j in self.jobs}
+        if job.name in known:
+            raise ValueError(f"two jobs are named {job.name!r}")
+        missing = [a for a in job.after if a not in known]
+        if missing:  # dependencies are added first, so no job can wait on itself or on a cycle
+            raise ValueError(f"job {job.name!r} waits for {missing[0]!r}, which is not added before it")
+        self.jobs.append(job)
+        return job
+
+    def _by_name(self, name: str) -> Job:
+        return next(j for j in self.jobs if j.name == name)
+
+    def _start(self, job: Job) -> None:
+        job.log.parent.mkdir(parents=True, exist_ok=True)
+        job.start_s = time.monotonic() - self._t0
+        with job.log.open("wb") as fh:
+            proc = subprocess.Popen(
+                job.cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **job.env}
+            )
+        self._running[job.name] = (proc, time.monotonic())
+        self.say(f"start {job.name} (at {job.start_s:.0f} s; {len(self._running)} running)")
+
+    def poll(self) -> None:
+        """Reap the jobs that ended, then start every job that may start now (in the order added)."""
+        for name, (proc, began) in list(self._running.items()):
+            rc = proc.poll()
+            if rc is None:
+                continue
+            job = self._by_name(name)
+            job.rc, job.wall_s = rc, time.monotonic() - began
+            del self._running[name]
+            verdict = "done" if job.ok else f"FAILED (exit {rc})"
+            self.say(f"{verdict}: {job.name} in {job.wall_s:.0f} s (log {job.log})")
+        gpu_busy = sum(1 for n in self._running if self._by_name(n).gpu)
+        for job in self.jobs:
+            if job.rc is not None or job.name in self._running:
+                continue
+            deps = [self._by_name(a) for a in job.after]
+            if any(d.rc is not None and not d.ok for d in deps):
+                job.rc, job.wall_s = NOT_RUN, 0.0
+                failed = next(d.name for d in deps if d.rc is not None and not d.ok)
+                self.say(f"not run: {job.name} ({failed} failed)")
+                continue
+            if not all(d.ok for d in deps):
+                continue
+            if job.gpu:
+                if gpu_busy >= self.slots:
+                    continue
+                gpu_busy += 1
+            self._start(job)
+
+    def run(self) -> list[Job]:
+        """Run every job added (also those added after an earlier `poll`) to its end; the jobs, in order.
+
+        After a poll with nothing running, every job has ended: a job whose dependencies all succeeded was started,
+        and one with a failed dependency was marked `NOT_RUN`."""
+        self.poll()
+        while self._running:
+            time.sleep(self.poll_s)
+            self.poll()
+        return self.jobs
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._t0
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last `lines` lines of a job's log (what the session prints for a failed job)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return f"(no log: {exc.strerror})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def write_times(
+    path: Path, session: str, jobs: Sequence[Job], total_s: float, slots: int
+) -> dict[str, object]:
+    """Write the session's times (each job's start, wall time and exit status) as JSON; the record written."""
+    record: dict[str, object] = {
+        "session": session,
+        "total_s": round(total_s, 1),
+        "gpu_slots": slots,
+        "jobs": [
+            {
+                "name": j.name,
+                "gpu": j.gpu,
+                "after": list(j.after),
+                "start_s": None if j.start_s is None else round(j.start_s, 1),
+                "wall_s": None if j.wall_s is None else round(j.wall_s, 1),
+                "rc": j.rc,
+                "ok": j.ok,
+            }
+            for j in jobs
+        ],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(__doc__)

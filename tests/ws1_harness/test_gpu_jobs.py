@@ -1,0 +1,235 @@
+"""The GPU sessions' side-by-side runner (ci/gpu_jobs.py) and how the noxfile splits a session into jobs.
+
+Each property has the case that must be refused or ordered differently beside it. The jobs are short Python
+commands: no GPU is needed to check the scheduling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from repo_scripts import ROOT as REPO_ROOT
+from repo_scripts import load_noxfile, load_repo_script
+
+JOBS = load_repo_script("ci/gpu_jobs.py", "ws1_gpu_jobs_test")
+
+
+def _sleep(seconds: float, rc: int = 0) -> list[str]:
+    return [sys.executable, "-c", f"import time, sys; time.sleep({seconds}); sys.exit({rc})"]
+
+
+def _runner(slots: int) -> object:
+    return JOBS.JobRunner(slots, say=lambda _msg: None, poll_s=0.02)
+
+
+def _overlap(a: object, b: object) -> bool:
+    return b.start_s < a.start_s + a.wall_s - 0.05 and a.start_s < b.start_s + b.wall_s - 0.05  # type: ignore[attr-defined]
+
+
+def test_one_gpu_slot_runs_gpu_jobs_one_after_another(tmp_path: Path) -> None:
+    r = _runner(1)
+    a = r.add(JOBS.Job("a", _sleep(0.4), tmp_path / "a.log"))
+    b = r.add(JOBS.Job("b", _sleep(0.4), tmp_path / "b.log"))
+    r.run()
+    assert a.ok and b.ok and not _overlap(a, b)
+
+
+def test_two_gpu_slots_run_them_together(tmp_path: Path) -> None:
+    r = _runner(2)
+    a = r.add(JOBS.Job("a", _sleep(0.6), tmp_path / "a.log"))
+    b = r.add(JOBS.Job("b", _sleep(0.6), tmp_path / "b.log"))
+    r.run()
+    assert a.ok and b.ok and _overlap(a, b)
+
+
+def test_a_job_without_gpu_takes_no_slot(tmp_path: Path) -> None:
+    r = _runner(1)
+    build = r.add(JOBS.Job("build", _sleep(0.6), tmp_path / "build.log", gpu=False))
+    gpu = r.add(JOBS.Job("gpu", _sleep(0.6), tmp_path / "gpu.log"))
+    r.run()
+    assert _overlap(build, gpu)
+
+
+def test_a_job_waits_for_the_job_it_needs(tmp_path: Path) -> None:
+    r = _runner(4)
+    build = r.add(JOBS.Job("build", _sleep(0.4), tmp_path / "build.log", gpu=False))
+    use = r.add(JOBS.Job("use", _sleep(0.1), tmp_path / "use.log", after=("build",)))
+    r.run()
+    assert use.ok and use.start_s >= build.start_s + build.wall_s - 0.05
+
+
+def test_a_failed_dependency_stops_its_users(tmp_path: Path) -> None:
+    r = _runner(4)
+    build = r.add(JOBS.Job("build", _sleep(0.1, rc=3), tmp_path / "build.log", gpu=False))
+    use = r.add(JOBS.Job("use", _sleep(0.1), tmp_path / "use.log", after=("build",)))
+    other = r.add(JOBS.Job("other", _sleep(0.1), tmp_path / "other.log"))
+    r.run()
+    assert build.rc == 3 and not build.ok
+    assert use.rc == JOBS.NOT_RUN and not use.ok and not use.log.exists()
+    assert other.ok, "a job that needs nothing failed still runs"
+
+
+def test_the_allowed_codes_decide_success(tmp_path: Path) -> None:
+    r = _runner(2)
+    red = r.add(JOBS.Job("matrix", _sleep(0, rc=1), tmp_path / "m.log", codes=(0, 1)))
+    strict = r.add(JOBS.Job("tests", _sleep(0, rc=1), tmp_path / "t.log"))
+    r.run()
+    assert red.ok and not strict.ok
+
+
+def test_each_job_writes_its_own_log(tmp_path: Path) -> None:
+    r = _runner(2)
+    job = r.add(
+        JOBS.Job("say", [sys.executable, "-c", "print('hello from a job')"], tmp_path / "logs" / "say.log")
+    )
+    r.run()
+    assert "hello from a job" in job.log.read_text()
+    assert JOBS.log_tail(job.log, 1) == "hello from a job"
+
+
+@pytest.mark.parametrize(
+    ("after", "message"), [(("missing",), "not added before it"), ((), "two jobs are named")]
+)
+def test_a_bad_job_list_is_refused(tmp_path: Path, after: tuple[str, ...], message: str) -> None:
+    r = _runner(1)
+    r.add(JOBS.Job("a", _sleep(0), tmp_path / "a.log"))
+    name = "b" if after else "a"
+    with pytest.raises(ValueError, match=message):
+        r.add(JOBS.Job(name, _sleep(0), tmp_path / "b.log", after=after))
+
+
+def test_zero_slots_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        JOBS.JobRunner(0, say=print)
+
+
+def test_the_times_record_every_job(tmp_path: Path) -> None:
+    r = _runner(2)
+    r.add(JOBS.Job("build", _sleep(0.1, rc=2), tmp_path / "b.log", gpu=False))
+    r.add(JOBS.Job("matrix x (qwen3-8b)", _sleep(0.1), tmp_path / "m.log", after=("build",)))
+    r.run()
+    record = JOBS.write_times(tmp_path / "t.json", "gpu_sm90", r.jobs, r.elapsed_s(), 2)
+    assert json.loads((tmp_path / "t.json").read_text()) == record
+    rows = {j["name"]: j for j in record["jobs"]}
+    assert rows["build"]["rc"] == 2 and rows["build"]["wall_s"] > 0 and not rows["build"]["ok"]
+    assert rows["matrix x (qwen3-8b)"]["rc"] == JOBS.NOT_RUN and record["gpu_slots"] == 2
+
+
+# ---- how the noxfile splits a session
+
+
+@pytest.fixture(scope="module")
+def noxfile() -> ModuleType:
+    return load_noxfile("ws1_noxfile_gpu_jobs")
+
+
+@pytest.mark.parametrize(("value", "want"), [("", (None, 4)), ("2", (None, 2)), (" 8 ", (None, 8))])
+def test_gpu_slots_from_the_environment(noxfile: ModuleType, value: str, want: tuple[object, int]) -> None:
+    assert noxfile.gpu_slots(value) == want
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "four", "1.5"])
+def test_a_bad_slot_count_is_named(noxfile: ModuleType, value: str) -> None:
+    problem, _ = noxfile.gpu_slots(value)
+    assert problem is not None and repr(value) in problem
+
+
+def test_the_sm90_session_tests_everything_once(noxfile: ModuleType) -> None:
+    phases = noxfile.gpu_test_phases("gpu_sm90", ("build generic",))
+    assert phases == [
+        ("gpu and not needs_build", (), True),
+        ("gpu and needs_build", ("build generic",), False),
+    ]
+
+
+def test_the_proxy_session_tests_only_its_own_build(noxfile: ModuleType) -> None:
+    phases = noxfile.gpu_test_phases("gpu_sm86", ("build generic",))
+    assert phases == [("gpu and needs_build and not sm90", ("build generic",), False)]
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.jobs: list[object] = []
+
+    def add(self, job: object) -> object:
+        self.jobs.append(job)
+        return job
+
+
+@pytest.mark.parametrize(
+    ("session", "modules"), [("gpu_sm90", ["generic", "hopper"]), ("gpu_sm86", ["generic"])]
+)
+def test_each_module_builds_in_its_own_folder(
+    noxfile: ModuleType, tmp_path: Path, session: str, modules: list[str]
+) -> None:
+    (tmp_path / "ws1_cuda_sm90_ext.cpython-312-x86_64-linux-gnu.so").write_text("stale")
+    rec = _Recorder()
+    found, names = noxfile._add_build_jobs(rec, session, tmp_path, tmp_path / "logs")
+    assert sorted(found) == modules and len(names) == len(modules)
+    assert not list(tmp_path.glob("ws1_cuda_sm90_ext*.so")), (
+        "a stale Hopper module stayed beside the generic one"
+    )
+    temps = {job.cmd[job.cmd.index("--build-temp") + 1] for job in rec.jobs}
+    libs = {job.cmd[job.cmd.index("--build-lib") + 1] for job in rec.jobs}
+    assert len(temps) == len(modules) and len(libs) == len(modules), "two builds share a folder"
+    assert [job.env["WS1_MODULES"] for job in rec.jobs] == modules
+    assert all(not job.gpu for job in rec.jobs)
+
+
+# ---- the test files that need the build, and the collection that leaves them out
+
+_BUILD_USES = ("from ws1_kernels import cuda", "ws1_kernels.cuda_sm90", "ws1_cuda_ext", '"cuda_bf16"')
+
+
+def build_marker_problems(files: dict[str, str]) -> list[str]:
+    """The GPU test files that use the CUDA extension but do not carry the `needs_build` marker."""
+    return [
+        name
+        for name, text in files.items()
+        if "pytest.mark.gpu" in text
+        and any(use in text for use in _BUILD_USES)
+        and "pytest.mark.needs_build" not in text
+    ]
+
+
+def test_every_gpu_test_of_the_extension_needs_the_build() -> None:
+    files = {
+        str(p.relative_to(REPO_ROOT)): p.read_text() for p in (REPO_ROOT / "tests").rglob("test_*_gpu.py")
+    }
+    assert len(files) >= 8
+    assert build_marker_problems(files) == []
+
+
+def test_an_unmarked_extension_test_is_found() -> None:
+    planted = {"test_x_gpu.py": "pytestmark = pytest.mark.gpu\nfrom ws1_kernels import cuda\n"}
+    assert build_marker_problems(planted) == ["test_x_gpu.py"]
+
+
+_CONFTEST = (REPO_ROOT / "tests" / "conftest.py").read_text()
+
+
+@pytest.mark.parametrize(("without_build", "want_rc"), [(True, 0), (False, 2)])
+def test_the_files_that_need_the_build_are_not_imported_while_it_compiles(
+    tmp_path: Path, without_build: bool, want_rc: int
+) -> None:
+    """A marked file that fails at import (a half-written module) is never imported with
+    WS1_COLLECT_WITHOUT_BUILD=1; without it, the same collection fails (the control)."""
+    (tmp_path / "conftest.py").write_text(_CONFTEST.split("@pytest.fixture", 1)[0])
+    (tmp_path / "test_built_gpu.py").write_text(
+        "import pytest\npytestmark = [pytest.mark.needs_build]\nraise ImportError('half-written module')\n"
+    )
+    (tmp_path / "test_plain.py").write_text("def test_ok():\n    assert True\n")
+    env = {k: v for k, v in os.environ.items() if k != "WS1_COLLECT_WITHOUT_BUILD"}
+    if without_build:
+        env["WS1_COLLECT_WITHOUT_BUILD"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(tmp_path)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert proc.returncode == want_rc, proc.stdout[-1500:]
