@@ -1,6 +1,7 @@
 """The merged verdict over the CPU, sm86 and sm90 shards: pick every shard under the given folders, merge, gate.
 
-    python ci/merged_gate.py EVIDENCE_DIR [EVIDENCE_DIR ...] [--expect PROFILE@ARCH ...] [--no-venv] [--dry-run]
+    python ci/merged_gate.py EVIDENCE_DIR [EVIDENCE_DIR ...] [--expect PROFILE@ARCH[:TIER+TIER] ...] [--no-venv]
+        [--dry-run]
 
 A shard is picked when it is a finalised evidence file (matrix or chain) of a gated profile at full widths: the
 stock baseline (`native_torch`, recorded, expected red) and the reduced-width shards (tiers `short@tiny`...) stay
@@ -45,7 +46,7 @@ def pick(folders: list[Path]) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folders", nargs="+", type=Path)
-    ap.add_argument("--expect", action="append", default=[], metavar="PROFILE@ARCH")
+    ap.add_argument("--expect", action="append", default=[], metavar="PROFILE@ARCH[:TIER+TIER]")
     ap.add_argument("--dry-run", action="store_true", help="print the nox command instead of running it")
     ap.add_argument(
         "--no-venv", action="store_true", help="nox --no-venv: the machine's own packages (offline)"

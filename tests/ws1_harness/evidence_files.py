@@ -10,6 +10,8 @@ EVIDENCE = REPO / "docs" / "evidence"
 #: Matrix evidence files are named `<profile>.<arch>.json`, the arch a proxy label where one ran
 #: (`cuda_bf16.sm86-proxy.json`); chain files `chain-<profile>.<arch>-L<layers>.json`, bench files `bench-...`.
 MATRIX_NAME = re.compile(r"^([a-z0-9_]+)\.sm\d+[a-z]?(-proxy)?\.json$")
+#: a CPU shard carries no arch in its name (the committed CPU shard of the merged run)
+CPU_MATRIX_NAME = re.compile(r"^(portable_cpu|native_torch)\.json$")
 CHAIN_NAME = re.compile(r"^chain-([a-z0-9_]+)\.sm\d+[a-z]?(-proxy)?-L\d+\.json$")
 
 
@@ -21,7 +23,8 @@ def evidence_files() -> list[tuple[Path, str, bool]]:
     """(path, profile, is a chain file) of every matrix and chain file."""
     out = []
     for path in sorted(EVIDENCE.rglob("*.json")):
-        m, c = MATRIX_NAME.match(path.name), CHAIN_NAME.match(path.name)
+        m = MATRIX_NAME.match(path.name) or CPU_MATRIX_NAME.match(path.name)
+        c = CHAIN_NAME.match(path.name)
         if m or c:
             out.append((path, (m or c).group(1), bool(c)))  # type: ignore[union-attr]
     return out
@@ -60,4 +63,32 @@ def merged_cuda_pair(tmp: Path) -> Path:
     sm90, proxy = cuda_shard_pair(tmp / "pair")
     out = tmp / "merged.json"
     assert main(["merge", str(sm90), str(proxy), "--out", str(out)]) == 0
+    return out
+
+
+#: the committed CPU shard of the merged run (portable_cpu at full widths, the CPU session's short and primary tiers)
+CPU_PORTABLE = sorted(EVIDENCE.glob("cpu-portable-*/portable_cpu.json"))
+
+
+def merged_cpu_gpu(tmp: Path) -> Path:
+    """The committed CPU shard and the sm90 cuda_bf16 shard merged into `tmp/merged.json` (which must succeed).
+
+    The GPU shard is copied with the CPU shard's commit when the two differ: the tests that use the pair are about
+    the tier plans of a merged run, not about which commit ran (the merge's refusal of two commits has its own
+    tests)."""
+    import json
+
+    from ws1_harness.cli import main
+
+    assert len(CPU_PORTABLE) == 1 and len(CUDA_SM90) == 1, (CPU_PORTABLE, CUDA_SM90)
+    cpu, gpu = CPU_PORTABLE[0], CUDA_SM90[0]
+    a, b = json.loads(cpu.read_text()), json.loads(gpu.read_text())
+    tmp.mkdir(parents=True, exist_ok=True)
+    if a["provenance"]["git_commit"] != b["provenance"]["git_commit"]:
+        b["provenance"]["git_commit"] = a["provenance"]["git_commit"]
+        b["provenance"]["git_dirty"] = a["provenance"]["git_dirty"]
+        gpu = tmp / gpu.name
+        gpu.write_text(json.dumps(b), encoding="utf-8")
+    out = tmp / "merged.json"
+    assert main(["merge", str(cpu), str(gpu), "--out", str(out)]) == 0
     return out

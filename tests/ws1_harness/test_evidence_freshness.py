@@ -24,6 +24,15 @@ KNOWN_STALE: dict[str, str] = {
         "the new csrc/binding.h (helpers shared with the Hopper binding) changed at a8ae222; no generic kernel "
         "changed. Its rerun (nox -s gpu_sm86) was cut by the device call's time limit at 3dd0336 and is next"
     ),
+    "cuda-sm90-3dd0336": (
+        "the cuda_bf16@sm90 bundle: csrc/setup.py now links the C++ runtime shared and checks the built modules "
+        "(46b6ed5: the Hopper module's crash); no kernel and no binding changed. The rerun (nox -s gpu_sm86 "
+        "gpu_sm90) was ready at 46b6ed5, but no device machine was lent for it"
+    ),
+    "cuda-sm90-hopper-e5203ef": (
+        "the cuda_bf16_sm90@sm90 bundle: the same csrc/setup.py change (46b6ed5); no kernel and no binding "
+        "changed; rerun with the merged H200 run next"
+    ),
     "gpu-sm90-c7fbc8a": (
         "the Triton bundle: triton_ops/embedding.py and norm.py import the row tables from the new floor "
         "row_tables.py (de3ec39, 47ef390); no kernel changed, but the rule is the files, so it is rerun next"

@@ -138,8 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--expect",
         action="append",
-        metavar="PROFILE@ARCH",
-        help="red unless a shard holds this profile at this arch (repeatable; e.g. cuda_bf16@sm86-proxy)",
+        metavar="PROFILE@ARCH[:TIER+TIER]",
+        help="red unless a shard holds this profile at this arch (repeatable; e.g. cuda_bf16@sm86-proxy); "
+        "`:short+primary` names the tiers the run planned for it (the absent cells of other tiers are not "
+        "expected, and the verdict line says so)",
     )
     t.add_argument("--contract", help="contract the evidence must name (default: the shipped one)")
     t.add_argument("--manifest", help="manifest the evidence must name (default: the shipped one)")

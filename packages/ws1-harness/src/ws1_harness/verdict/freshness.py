@@ -36,6 +36,7 @@ PROFILE_SOURCES: dict[str, tuple[str, ...]] = {
     "cuda_bf16": ("csrc/kernels", "csrc/ws1_ops.cpp", "csrc/binding.h", "csrc/setup.py", f"{_KERNELS}/cuda"),
     "cuda_bf16_sm90": ("csrc", f"{_KERNELS}/cuda", f"{_KERNELS}/cuda_sm90"),
     "native_torch": (f"{_KERNELS}/native.py",),
+    "portable_cpu": (f"{_KERNELS}/portable",),
 }
 #: a chain bundle also depends on the drop-in that runs the whole model
 CHAIN_SOURCES: tuple[str, ...] = (f"{_KERNELS}/integrations/qwen3.py", f"{_KERNELS}/integrations/rollout.py")

@@ -328,7 +328,9 @@ def gate(
     widths, every judgment, no shard, no absent optional cell). Chain cells present are always judged;
     `require_chain` makes every profile on the axes (or, in a file without matrix axes, the file) need one.
     `expect_profiles` (`profile@arch`, e.g. `cuda_bf16@sm86-proxy`, or a bare profile for a CPU shard) names what the run's plan promised: one that
-    no shard holds is red, so a merge that lost a shard cannot pass on the shards it kept.
+    no shard holds is red, so a merge that lost a shard cannot pass on the shards it kept. `profile:short+primary`
+    also says which tiers the plan ran it on (`apply_tier_plans`): the absent cells of its other tiers are not
+    expected, and the verdict line says so.
     """
     if source is None:
         source = str(evidence) if isinstance(evidence, (str, Path)) else "evidence"
@@ -339,20 +341,34 @@ def gate(
                 "bad_input",
                 f"--expect-commit {expect_commit!r}: not a commit (7 to 40 hex digits, as git prints)",
             )
+    plans: dict[str, tuple[str, ...]] = {}
     for want in expect_profiles:
-        if not re.fullmatch(r"[a-z0-9_]+(@[a-z0-9_-]+)?", want):
+        m = _EXPECT.fullmatch(want)
+        if m is None:
             return _bad_input(
                 "bad_input",
-                f"--expect {want!r}: not profile@arch (e.g. cuda_bf16@sm90; a CPU shard: portable_cpu)",
+                f"--expect {want!r}: not profile@arch[:tier+tier] (e.g. cuda_bf16@sm90; a CPU shard planned on two "
+                "tiers: portable_cpu:short+primary)",
             )
+        if m.group(2):
+            plans[m.group(1)] = tuple(m.group(2).split("+"))
     try:
         ref = reference if reference is not None else load_reference(contract, manifest)
     except GateReferenceError as exc:
         return _bad_input("bad_reference", str(exc))
+    for profile, tiers in plans.items():
+        unknown = [t for t in tiers if t not in ref.manifest.tiers]
+        if unknown:
+            return _bad_input(
+                "bad_input",
+                f"--expect {profile}:{'+'.join(tiers)}: tier {unknown[0]!r} is not in the manifest "
+                f"({', '.join(ref.manifest.tiers)})",
+            )
     loaded = _load(evidence, expected_cells, source)
     if isinstance(loaded, GateResult):
         return loaded
     doc, expected = loaded
+    expected, planned_out = apply_tier_plans(expected, doc, plans)
 
     problems, commits, dirty = _provenance_problems(doc, ref, expect_commit, require_clean)
     matrix = _matrix_problems(doc, expected, ref, allow_pending_arch)
@@ -366,12 +382,13 @@ def gate(
         c.get("profile") for c in doc["chain_cells"] if c.get("profile")
     }
     for want in expect_profiles:
-        if want not in present:
+        name = want.split(":", 1)[0]
+        if name not in present:
             problems.append(
                 Problem(
                     "red",
                     "expected_missing",
-                    f"--expect {want}: no shard holds it (present: {sorted(present)})",
+                    f"--expect {name}: no shard holds it (present: {sorted(present)})",
                 )
             )
 
@@ -388,6 +405,14 @@ def gate(
     n_pending = sum(p.kind == "pending" for p in problems)
     code = EXIT_RED if n_red else (EXIT_PENDING if n_pending else EXIT_PASS)
     verdict = VERDICTS[code] + (f" (reduced: {', '.join(gaps)})" if gaps else "")
+    if planned_out:  # what the plan left out is said in the verdict line itself, never only in a log
+        verdict += (
+            " (planned: "
+            + "; ".join(
+                f"{p} tiers {'+'.join(plans[p])}, {n} cells not run" for p, n in sorted(planned_out.items())
+            )
+            + ")"
+        )
 
     counts = doc["counts"]
     lines = [
@@ -408,6 +433,33 @@ def gate(
         lines.append(f"  ... and {len(problems) - _MAX_PROBLEM_LINES} more")
     lines += environment_lines(doc)
     return GateResult(code, tuple(lines), tuple(problems), gaps)
+
+
+#: `--expect profile[@arch][:tier+tier]`
+_EXPECT = re.compile(r"([a-z0-9_]+(?:@[a-z0-9_-]+)?)(?::([a-z0-9_]+(?:\+[a-z0-9_]+)*))?")
+
+
+def apply_tier_plans(
+    expected: Mapping[CellKey, ExpectedCell], doc: Mapping[str, Any], plans: Mapping[str, Sequence[str]]
+) -> tuple[dict[CellKey, ExpectedCell], dict[str, int]]:
+    """The expected set without the absent cells of tiers a profile's plan leaves out; how many per profile.
+
+    Why: a merged run joins sessions with different plans. The CPU session runs its profile on the short and primary
+    tiers (the long tier at full widths takes hours on two cores), the GPU sessions on every tier, and the merged
+    axes are the product of all. A plan only excuses absence: a cell that is present is judged whatever its tier, so
+    a plan can never hide a red cell. The verdict line names every profile so planned and the cells it left out."""
+    if not plans:
+        return dict(expected), {}
+    present = {cell_key_of(c) for c in doc.get("cells", [])}
+    out: dict[CellKey, ExpectedCell] = {}
+    dropped: dict[str, int] = {}
+    for key, cell in expected.items():
+        tiers = plans.get(key.profile)
+        if tiers is not None and key.tier not in tiers and key not in present:
+            dropped[key.profile] = dropped.get(key.profile, 0) + 1
+            continue
+        out[key] = cell
+    return out, dropped
 
 
 def _load(
