@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from evidence_files import EVIDENCE, MATRIX_NAME, matrix_files
+from evidence_files import CPU_PORTABLE, EVIDENCE, MATRIX_NAME, matrix_files
 
 from ws1_harness import cli
 
@@ -104,3 +104,18 @@ def test_a_committed_file_with_one_edited_verdict_is_refused(tmp_path: Path) -> 
     copy.write_text(text.replace('"green"', '"red"', 1))
     assert cli.main(["gate", str(src)]) == 0
     assert cli.main(["gate", str(copy)]) != 0
+
+
+@pytest.mark.parametrize("path", CPU_PORTABLE, ids=lambda p: str(p.relative_to(EVIDENCE)))
+def test_the_committed_cpu_shard_passes_on_its_plan(path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The CPU shard of the merged run passes the shipped gate; `--full` finds exactly one gap, the tier the CPU
+    session's plan leaves out (the control: the full gate is not silently satisfied by a CPU shard)."""
+    assert cli.main(["gate", str(path)]) == 0, path
+    capsys.readouterr()
+    assert cli.main(["gate", "--full", str(path)]) == 1
+    problems = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  [red]")]
+    assert problems == ["  [red] --full: not the complete cell set: tiers 2/3"], problems
+
+
+def test_there_is_a_committed_cpu_shard() -> None:
+    assert len(CPU_PORTABLE) == 1, CPU_PORTABLE
