@@ -32,7 +32,7 @@ import types
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -40,6 +40,9 @@ from torch import nn
 from .. import reference, registry
 from ..context import LayoutContext
 from ..errors import KernelInputError
+
+if TYPE_CHECKING:
+    from .kv_slots import SlotKVCache
 
 #: The pseudo-profile of the fp32 reference drop-in (``ws1_kernels.reference``; weights must be fp32).
 REFERENCE_PROFILE = "fp32_reference"
@@ -72,6 +75,8 @@ GLUE_OPS: Mapping[str, str] = types.MappingProxyType(
     {
         "aten.add": "residual add; autograd's sum of the gradients of the residual stream",
         "aten.cat": "KV cache append (inference only)",
+        "aten.copy_": "KV cache slot write (inference only: SlotKVCache)",
+        "aten.select": "a layer's KV cache slot (inference only: SlotKVCache)",
         "aten.slice": "KV cache rows and sample rows (inference only)",
         "aten.index_select": "the rows of a call that need logits (inference only)",
     }
@@ -436,12 +441,13 @@ def forward_call(
     token_ids: torch.Tensor,
     ctx: LayoutContext,
     *,
-    cache: KVCache | None = None,
+    cache: KVCache | SlotKVCache | None = None,
     head_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LayoutContext]:
     """One physical call through the swapped model: ``(logits [R, V], the context of those R rows)``.
 
-    ``ctx`` gives every row's ``(sample_id, position)`` (pads ``-1``). With a ``cache`` each layer's attention
+    ``ctx`` gives every row's ``(sample_id, position)`` (pads ``-1``). With a ``cache`` (``KVCache``, or the engine's
+    ``kv_slots.SlotKVCache``) each layer's attention
     reads the earlier keys of each sample and the call's own keys are appended (chunked prefill, decode). Rows
     ``head_rows`` (host int64, ascending) alone go through the lm_head; None: every row.
     """

@@ -5,8 +5,9 @@
   running requests' rows.
 - **Chunked prefill**: a prompt goes in chunks of at most ``chunk_size`` tokens, in the same call as other
   requests' decode tokens.
-- **Decode** against a ``KVCache``: each layer's attention reads a request's earlier keys as the candidate's
-  ``kv_prefix``.
+- **Decode** against a ``SlotKVCache`` (``kv_slots``): one slab per layer allocated once, a slot per running
+  request (the lowest free one; given back when the request leaves), each call's rows written in place; each
+  layer's attention reads a request's earlier keys as the candidate's ``kv_prefix``, a view of its slot.
 - **Sampling** keyed by (request id, position): ``GumbelSampler`` draws the Gumbel noise of a row from a generator
   seeded by a hash of (seed, request id, position of the sampled token), so which other requests share the batch,
   and in which order, never changes a sampled token.
@@ -29,6 +30,7 @@ from torch import nn
 
 from ..context import LayoutContext
 from ..errors import KernelInputError
+from .kv_slots import SlotKVCache
 from .qwen3 import KVCache, forward_call, logprobs, runtime_of
 
 
@@ -150,6 +152,7 @@ class Engine:
         self.max_step_tokens = max_step_tokens
         self.watch = watch or contextlib.nullcontext
         self.trace: list[StepRecord] = []
+        self.cache: SlotKVCache | KVCache | None = None
         #: called after every step with (step, running requests, finished requests): a caller's progress line
         self.on_step: Callable[[int, int, int], None] | None = None
 
@@ -167,12 +170,22 @@ class Engine:
             if r.max_new_tokens < 1 or r.arrival_step < 0:
                 raise KernelInputError(f"{where}: max_new_tokens must be >= 1 and arrival_step >= 0")
 
+    def make_cache(self, requests: Sequence[Request]) -> SlotKVCache | KVCache:
+        """The cache of one ``run``: a slot per request that can run at once, each as long as the longest request
+        (its prompt and every generated token but the last, which is never fed back)."""
+        slots = min(len(requests), self.max_running or len(requests))
+        longest = max(r.prompt.numel() + r.max_new_tokens - 1 for r in requests)
+        return SlotKVCache(len(self.model.model.layers), max(1, slots), max(1, longest))
+
     def run(self, requests: Sequence[Request]) -> dict[int, Completion]:
         """Serve every request to completion; returns the completions by request id."""
         vocab = int(self.model.lm_head.weight.shape[0])
         self._check(requests, vocab)
         device = self.model.lm_head.weight.device
-        cache = KVCache(len(self.model.model.layers))
+        if not requests:
+            return {}
+        cache = self.make_cache(requests)
+        self.cache = cache  # the last run's cache (its slots and slabs), for a caller or a test to inspect
         waiting = sorted(requests, key=lambda r: (r.arrival_step, r.request_id))
         running: list[_Running] = []
         finished: dict[int, Completion] = {}
@@ -205,7 +218,12 @@ class Engine:
         return finished
 
     def _step(
-        self, running: list[_Running], cache: KVCache, device: torch.device, step: int, joined: list[int]
+        self,
+        running: list[_Running],
+        cache: SlotKVCache | KVCache,
+        device: torch.device,
+        step: int,
+        joined: list[int],
     ) -> tuple[int, ...]:
         ids: list[int] = []
         sids: list[int] = []

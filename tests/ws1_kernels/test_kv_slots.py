@@ -1,0 +1,152 @@
+"""The rollout engine's KV cache (`integrations.kv_slots.SlotKVCache`): allocated once, a slot per running request,
+rows written in place, the attention's prefix a view of the slot.
+
+Each property has its control: the concatenating `qwen3.KVCache` gives the bits the slots must give, and a cache
+that forgets to reset a slot when its request leaves is caught.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from ws1_kernels import KernelInputError, LayoutContext  # noqa: E402
+from ws1_kernels.integrations import qwen3, rollout  # noqa: E402
+from ws1_kernels.integrations.kv_slots import SlotKVCache  # noqa: E402
+from ws1_workload import build_fixture, load_manifest, synthetic_weights, tensor_shapes  # noqa: E402
+
+
+def _ctx(sample: int, first: int, n: int) -> LayoutContext:
+    return LayoutContext(torch.full((n,), sample, dtype=torch.int64), torch.arange(first, first + n))
+
+
+def _rows(n: int, fill: float) -> torch.Tensor:
+    return torch.full((n, 2, 4), fill, dtype=torch.bfloat16)
+
+
+def test_a_joining_request_takes_the_lowest_free_slot() -> None:
+    c = SlotKVCache(num_layers=1, slots=2, max_len=8)
+    assert (c.admit(10), c.admit(11)) == (0, 1)
+    c.drop(10)
+    assert c.admit(12) == 0, "the freed slot is reused"
+    assert c.admit(12) == 0, "admitting twice keeps the slot"
+
+
+def test_a_full_cache_refuses_one_more_request_in_one_line() -> None:
+    c = SlotKVCache(num_layers=1, slots=1, max_len=8)
+    c.admit(1)
+    with pytest.raises(KernelInputError, match="no free slot for request 2") as exc:
+        c.admit(2)
+    assert "\n" not in str(exc.value)
+    c.drop(1)
+    assert c.admit(2) == 0  # control: once the slot is free, the request gets it
+
+
+def test_rows_past_max_len_are_refused() -> None:
+    c = SlotKVCache(num_layers=1, slots=1, max_len=4)
+    c.append(0, _ctx(0, 0, 4), _rows(4, 1.0), _rows(4, 1.0))  # control: exactly max_len fits
+    with pytest.raises(KernelInputError, match="past the cache's max_len 4"):
+        c.append(0, _ctx(0, 4, 1), _rows(1, 1.0), _rows(1, 1.0))
+
+
+def test_the_prefix_is_a_view_of_the_slab_and_holds_the_rows_written() -> None:
+    c = SlotKVCache(num_layers=2, slots=2, max_len=8)
+    for layer in range(2):
+        c.append(layer, _ctx(5, 0, 3), _rows(3, 2.0), _rows(3, 3.0))
+    k, v = c.prefix(1, _ctx(5, 3, 1))[5]
+    assert k.shape == (3, 2, 4) and torch.equal(k, _rows(3, 2.0)) and torch.equal(v, _rows(3, 3.0))
+    assert k.untyped_storage().data_ptr() == c.k[1].untyped_storage().data_ptr(), "the prefix was copied"
+    assert c.allocations == 1 and c.length(5) == 3
+
+
+def test_a_call_that_does_not_continue_the_cache_is_refused() -> None:
+    c = SlotKVCache(num_layers=1, slots=1, max_len=8)
+    c.append(0, _ctx(0, 0, 2), _rows(2, 1.0), _rows(2, 1.0))
+    assert set(c.prefix(0, _ctx(0, 2, 1))) == {0}  # control: position 2 continues
+    with pytest.raises(KernelInputError, match="starts at position 3 but the cache holds 2 keys"):
+        c.prefix(0, _ctx(0, 3, 1))
+
+
+class _StaleSlots(SlotKVCache):
+    """The mistake a slot cache can make: giving a slot back without resetting its length."""
+
+    def drop(self, sample_id: int) -> None:
+        slot = self.slot_of.pop(sample_id, None)
+        if slot is not None:
+            self._free.append(slot)
+
+
+@pytest.mark.parametrize(("cache_type", "stale"), [(SlotKVCache, False), (_StaleSlots, True)])
+def test_a_reused_slot_never_shows_the_last_requests_rows(cache_type: type, stale: bool) -> None:
+    c = cache_type(num_layers=1, slots=1, max_len=8)
+    c.append(0, _ctx(1, 0, 3), _rows(3, 7.0), _rows(3, 7.0))
+    c.drop(1)
+    assert c.prefix(0, _ctx(2, 0, 2)) == {}
+    c.append(0, _ctx(2, 0, 2), _rows(2, 9.0), _rows(2, 9.0))
+    if stale:  # the new request's rows went in after the old ones: its next call is out of order
+        with pytest.raises(KernelInputError, match="starts at position 2 but the cache holds 5 keys"):
+            c.prefix(0, _ctx(2, 2, 1))
+        return
+    k, _v = c.prefix(0, _ctx(2, 2, 1))[2]
+    assert torch.equal(k, _rows(2, 9.0)), "the slot shows rows of the request that left"
+
+
+# ---- the engine on the slots
+
+
+@pytest.fixture(scope="module")
+def model_and_fixture():
+    m = load_manifest()
+    cfg = dataclasses.replace(m.model("tiny"), num_layers=1)
+    weights = synthetic_weights(m, "tiny", names=tensor_shapes(cfg))
+    model = qwen3.build_model(qwen3.qwen3_config(cfg), weights, "portable_cpu")
+    return model, build_fixture(m, "primary", "tiny")
+
+
+def _requests(fx):
+    return [
+        rollout.Request(
+            s.sample_id, s.token_ids[: s.prompt_len].clone(), s.length - s.prompt_len, s.sample_id
+        )
+        for s in fx.samples
+    ]
+
+
+class _ConcatEngine(rollout.Engine):
+    """The engine on the concatenating cache it used before the slots: the bits the slots must reproduce."""
+
+    def make_cache(self, requests):  # type: ignore[no-untyped-def]
+        return qwen3.KVCache(len(self.model.model.layers))
+
+
+def _serve(engine: rollout.Engine, fx):  # type: ignore[no-untyped-def]
+    done = engine.run(_requests(fx))
+    return {rid: c.tokens for rid, c in done.items()}, {rid: c.logprob_tensor for rid, c in done.items()}
+
+
+def test_the_slots_give_the_bits_of_the_concatenating_cache(model_and_fixture) -> None:  # type: ignore[no-untyped-def]
+    model, fx = model_and_fixture
+    kw = {"chunk_size": 3, "max_running": 2}
+    slots = rollout.Engine(model, rollout.GumbelSampler(5), **kw)
+    tokens, lps = _serve(slots, fx)
+    ref_tokens, ref_lps = _serve(_ConcatEngine(model, rollout.GumbelSampler(5), **kw), fx)
+    assert tokens == ref_tokens
+    for rid, lp in lps.items():
+        assert torch.equal(lp.view(torch.int32), ref_lps[rid].view(torch.int32)), rid
+    assert isinstance(slots.cache, SlotKVCache)
+
+
+def test_the_engine_allocates_once_and_reuses_slots(model_and_fixture) -> None:  # type: ignore[no-untyped-def]
+    model, fx = model_and_fixture
+    engine = rollout.Engine(model, rollout.GumbelSampler(5), chunk_size=4, max_running=2)
+    seen: set[int] = set()
+    engine.on_step = lambda *_: seen.update(engine.cache.slot_of.values())  # type: ignore[union-attr]
+    engine.run(_requests(fx))
+    cache = engine.cache
+    assert isinstance(cache, SlotKVCache)
+    assert fx.num_samples > cache.slots == 2 and seen == {0, 1}, "four requests ran in two slots"
+    assert cache.allocations == 1 and cache.slot_of == {}, "every slot was given back"
