@@ -74,3 +74,25 @@ def test_a_bad_plan_is_bad_input(
 def test_the_merged_cells_are_the_two_shards(merged: Path) -> None:
     doc = load_evidence(merged)
     assert sorted(doc["axes"]["profiles"]) == ["cuda_bf16@sm90", "portable_cpu"]
+
+
+def test_the_report_gives_the_gates_verdict_under_the_plan(merged: Path, tmp_path: Path) -> None:
+    """`ws1 report --expect` judges with the plan; without it (the control) the same file reports RED."""
+    plan = ["--expect", "portable_cpu:short+primary", *GPU]
+    assert main(["report", str(merged), "--out", str(tmp_path / "plan"), *plan]) == 0
+    assert (
+        "ws1 gate: PASS (planned: portable_cpu tiers short+primary"
+        in (tmp_path / "plan" / "merged.report.md").read_text()
+    )
+    assert (tmp_path / "plan" / "merged.arch-heatmap.png").is_file()  # a cpu panel beside the sm90 one
+    assert main(["report", str(merged), "--out", str(tmp_path / "none")]) == 0
+    assert "ws1 gate: RED" in (tmp_path / "none" / "merged.report.md").read_text()
+
+
+def test_the_report_refuses_a_malformed_plan(
+    merged: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["report", str(merged), "--out", str(tmp_path), "--expect", "portable_cpu:"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not profile@arch" in err
+    assert not list(tmp_path.iterdir()), "a refused report wrote files"

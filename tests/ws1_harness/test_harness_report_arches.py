@@ -72,10 +72,12 @@ def test_one_arch_writes_no_per_arch_figure(merged: Path, tmp_path: Path) -> Non
     assert arch_heatmap_path(both).read_bytes()[:8] == PNG
 
 
-def test_a_cpu_profile_is_no_arch() -> None:
+def test_a_cpu_profile_is_the_cpu_panel() -> None:
     doc = {"axes": {"profiles": ["portable_cpu", "cuda_bf16@sm90"]}}
-    assert evidence_arches(doc) == ["sm90"]  # portable_cpu carries no arch: one arch, no per-arch figure
-    doc["axes"]["profiles"].append("triton_cuda_bf16@sm86-proxy")  # negative control: a second arch
+    assert evidence_arches(doc) == ["sm90", "cpu"]  # the CPU shard's profile carries no arch: its own panel
+    doc["axes"]["profiles"] = ["cuda_bf16@sm90"]  # negative control: without it, one arch, no per-arch figure
+    assert evidence_arches(doc) == ["sm90"]
+    doc["axes"]["profiles"].append("triton_cuda_bf16@sm86-proxy")
     assert evidence_arches(doc) == ["sm86-proxy", "sm90"]
 
 
@@ -156,11 +158,14 @@ def test_a_profile_an_arch_did_not_run_is_blank_not_missing() -> None:
         ],
     )
     arches, rows, cols, grids = arch_heatmap_grids(doc)
-    assert arches == ["sm86", "sm90"] and cols == [("short", "fa")]
-    assert rows == [("a", "silu"), ("a", "rope"), ("b", "silu"), ("b", "rope")]  # no portable_cpu row
-    assert grids["sm90"] == [["green"], ["green"], ["green"], ["red"]]
+    assert arches == ["sm86", "sm90", "cpu"] and cols == [("short", "fa")]
+    assert rows == [
+        ("a", "silu"), ("a", "rope"), ("b", "silu"), ("b", "rope"), ("portable_cpu", "silu"), ("portable_cpu", "rope")
+    ]  # fmt: skip
+    assert grids["sm90"] == [["green"], ["green"], ["green"], ["red"], [_BLANK], [_BLANK]]
     # b never ran on sm86: blank, counted for nothing; a's absent cell there is missing (the negative control)
-    assert grids["sm86"] == [["green"], ["missing"], [_BLANK], [_BLANK]]
+    assert grids["sm86"] == [["green"], ["missing"], [_BLANK], [_BLANK], [_BLANK], [_BLANK]]
+    assert grids["cpu"] == [[_BLANK], [_BLANK], [_BLANK], [_BLANK], ["green"], ["missing"]]
     assert grid_counts(grids["sm86"]) == {
         "green": 1,
         "red": 0,
@@ -170,4 +175,19 @@ def test_a_profile_an_arch_did_not_run_is_blank_not_missing() -> None:
         "missing": 1,
     }
     fig = arch_heatmap_figure(doc)
-    assert [len(a.texts) for a in fig.axes] == [2, 4]  # a glyph per cell, none on a blank place
+    assert [len(a.texts) for a in fig.axes] == [2, 4, 2]  # a glyph per cell, none on a blank place
+
+
+def test_a_tier_the_plan_leaves_out_is_blank_not_missing() -> None:
+    """The CPU shard runs the short tier only here: with its plan the long tier's absent cells are blank; without
+    the plan (the control) they are missing. A present cell of a planned-out tier still shows."""
+    doc = _doc(["portable_cpu"], [("portable_cpu", "silu", "green")])
+    doc["axes"]["tiers"] = ["short", "long"]
+    _, _, cols, grids = arch_heatmap_grids(doc)
+    assert cols == [("short", "fa"), ("long", "fa")]
+    assert grids["cpu"][0] == ["green", "missing"]
+    _, _, _, planned = arch_heatmap_grids(doc, {"portable_cpu": ("short",)})
+    assert planned["cpu"][0] == ["green", _BLANK] and planned["cpu"][1] == ["missing", _BLANK]
+    doc["cells"].append({**doc["cells"][0], "tier": "long", "status": "red"})
+    _, _, _, kept = arch_heatmap_grids(doc, {"portable_cpu": ("short",)})
+    assert kept["cpu"][0] == ["green", "red"], "a plan hid a present cell"

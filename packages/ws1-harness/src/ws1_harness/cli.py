@@ -152,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("file")
     r.add_argument("--out", help="directory for the report (default: beside the file)")
     r.add_argument("--allow-in-checkout", action="store_true", help="allow writing inside the git checkout")
+    r.add_argument(
+        "--expect",
+        action="append",
+        metavar="PROFILE@ARCH[:TIER+TIER]",
+        help="the run's plan, as ws1 gate takes it, so that the report's verdict is the gate's (repeatable)",
+    )
 
     _add_bench_parser(sub)
     add_chain_parser(sub)
@@ -251,6 +257,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from ws1_harness.run.bench import is_bench_file, write_bench_report
+    from ws1_harness.verdict.gate import parse_expect
     from ws1_harness.verdict.report import arch_heatmap_path, write_report
 
     if args.out is not None:  # its shape now; write_report checks the checkout before it creates the folder
@@ -260,7 +267,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
             f"ws1 report: {write_bench_report(args.file, args.out, allow_in_checkout=args.allow_in_checkout)}"
         )
         return 0
-    md, png = write_report(args.file, args.out, allow_in_checkout=args.allow_in_checkout)
+    expects = tuple(args.expect or ())
+    _plans, problem = parse_expect(expects)
+    if problem is not None:
+        raise UsageError(f"ws1 report: {problem}")
+    md, png = write_report(
+        args.file, args.out, allow_in_checkout=args.allow_in_checkout, expect_profiles=expects
+    )
     per_arch = arch_heatmap_path(png)  # written for a file of two or more arches, removed otherwise
     emit(f"ws1 report: {md} {png}" + (f" {per_arch}" if per_arch.is_file() else ""))
     return 0

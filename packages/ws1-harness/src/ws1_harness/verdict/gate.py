@@ -79,6 +79,8 @@ class GateResult:
     problems: tuple[Problem, ...] = ()
     # how the run falls short of the complete cell set (empty for a full run); shown in the verdict line
     reduced: tuple[str, ...] = ()
+    # what the run's tier plans left out (`--expect PROFILE:TIER+TIER`), one entry per profile; shown there too
+    planned: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -341,17 +343,9 @@ def gate(
                 "bad_input",
                 f"--expect-commit {expect_commit!r}: not a commit (7 to 40 hex digits, as git prints)",
             )
-    plans: dict[str, tuple[str, ...]] = {}
-    for want in expect_profiles:
-        m = _EXPECT.fullmatch(want)
-        if m is None:
-            return _bad_input(
-                "bad_input",
-                f"--expect {want!r}: not profile@arch[:tier+tier] (e.g. cuda_bf16@sm90; a CPU shard planned on two "
-                "tiers: portable_cpu:short+primary)",
-            )
-        if m.group(2):
-            plans[m.group(1)] = tuple(m.group(2).split("+"))
+    plans, problem = parse_expect(expect_profiles)
+    if problem is not None:
+        return _bad_input("bad_input", problem)
     try:
         ref = reference if reference is not None else load_reference(contract, manifest)
     except GateReferenceError as exc:
@@ -405,14 +399,11 @@ def gate(
     n_pending = sum(p.kind == "pending" for p in problems)
     code = EXIT_RED if n_red else (EXIT_PENDING if n_pending else EXIT_PASS)
     verdict = VERDICTS[code] + (f" (reduced: {', '.join(gaps)})" if gaps else "")
-    if planned_out:  # what the plan left out is said in the verdict line itself, never only in a log
-        verdict += (
-            " (planned: "
-            + "; ".join(
-                f"{p} tiers {'+'.join(plans[p])}, {n} cells not run" for p, n in sorted(planned_out.items())
-            )
-            + ")"
-        )
+    planned = tuple(
+        f"{p} tiers {'+'.join(plans[p])}, {n} cells not run" for p, n in sorted(planned_out.items())
+    )
+    if planned:  # what the plan left out is said in the verdict line itself, never only in a log
+        verdict += f" (planned: {'; '.join(planned)})"
 
     counts = doc["counts"]
     lines = [
@@ -432,7 +423,23 @@ def gate(
     if len(problems) > _MAX_PROBLEM_LINES:
         lines.append(f"  ... and {len(problems) - _MAX_PROBLEM_LINES} more")
     lines += environment_lines(doc)
-    return GateResult(code, tuple(lines), tuple(problems), gaps)
+    return GateResult(code, tuple(lines), tuple(problems), gaps, planned)
+
+
+def parse_expect(values: Sequence[str]) -> tuple[dict[str, tuple[str, ...]], str | None]:
+    """(the tier plan of each `--expect` value that names one, why a value is malformed or None). The tiers are
+    checked against the manifest by `gate`, which has it."""
+    plans: dict[str, tuple[str, ...]] = {}
+    for want in values:
+        m = _EXPECT.fullmatch(want)
+        if m is None:
+            return plans, (
+                f"--expect {want!r}: not profile@arch[:tier+tier] (e.g. cuda_bf16@sm90; a CPU shard planned on two "
+                "tiers: portable_cpu:short+primary)"
+            )
+        if m.group(2):
+            plans[m.group(1)] = tuple(m.group(2).split("+"))
+    return plans, None
 
 
 #: `--expect profile[@arch][:tier+tier]`

@@ -12,7 +12,7 @@ and the count of each status in the legend. The views are for people; the gate r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from ws1_harness.verdict.evidence import (
     check_outside_checkout,
     read_evidence,
 )
-from ws1_harness.verdict.gate import gate
+from ws1_harness.verdict.gate import gate, parse_expect
 
 GLYPH = {
     "green": "✅",
@@ -144,9 +144,12 @@ def _errors_section(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def render_markdown(doc: Mapping[str, Any], source: str = "evidence") -> str:
-    """The Markdown report: verdict, provenance, counts, legend, and the profile×operator table."""
-    verdict = gate(doc, source=source)
+def render_markdown(
+    doc: Mapping[str, Any], source: str = "evidence", expect_profiles: Sequence[str] = ()
+) -> str:
+    """The Markdown report: verdict (under the run's plan, `expect_profiles`), provenance, counts, legend, and the
+    profile×operator table."""
+    verdict = gate(doc, source=source, expect_profiles=expect_profiles)
     prov = doc["provenance"]
     rows, cols, cells = _grid(doc)
     out = [f"# ws1 evidence report: {source}", ""]
@@ -587,14 +590,26 @@ def heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
     return fig
 
 
+#: the panel of the profiles without an arch label (a CPU shard's `portable_cpu`): the merged run's CPU part
+CPU_PANEL = "cpu"
+
+
+def panel_of(label: str) -> tuple[str, str]:
+    """(profile without its arch, panel): `cuda_bf16@sm90` -> (`cuda_bf16`, `sm90`); `portable_cpu` ->
+    (`portable_cpu`, `cpu`)."""
+    base, arch = split_arch(label)
+    return base, (arch if arch is not None else CPU_PANEL)
+
+
 def evidence_arches(doc: Mapping[str, Any]) -> list[str]:
-    """The arches the file's profiles are labelled with (`sm86-proxy`, `sm90`), sorted; profiles without one
-    (a CPU shard) add none."""
-    return sorted({a for a in (split_arch(p)[1] for p in doc["axes"]["profiles"]) if a is not None})
+    """The panels of the file: the arches its profiles are labelled with (`sm86-proxy`, `sm90`), sorted, then
+    `cpu` when a profile carries none (a CPU shard)."""
+    arches = {panel_of(p)[1] for p in doc["axes"]["profiles"]}
+    return sorted(arches - {CPU_PANEL}) + ([CPU_PANEL] if CPU_PANEL in arches else [])
 
 
 def arch_heatmap_grids(
-    doc: Mapping[str, Any],
+    doc: Mapping[str, Any], plans: Mapping[str, Sequence[str]] | None = None
 ) -> tuple[list[str], list[tuple[str, str]], list[tuple[str, str]], dict[str, list[list[str]]]]:
     """The per-arch panels' data: (arches, rows, columns, {arch: statuses}).
 
@@ -602,23 +617,36 @@ def arch_heatmap_grids(
     arch, operator) for every profile that ran on some arch, columns (tier, judgment). A place holds the cell's
     status on that arch (`missing` when the arch ran the profile but the cell is absent) and `_BLANK` when the
     arch did not run the profile at all, so a profile run on one arch only is not counted missing on another.
-    Matrix cells only: chain cells and profiles without an arch are in the single heatmap.
+    Profiles without an arch (a CPU shard) make the `cpu` panel. `plans` (profile label -> tiers, the run's
+    `--expect PROFILE:TIER+TIER`): an absent cell of a tier its profile's plan leaves out is blank, not missing.
+    Matrix cells only: chain cells are in the single heatmap.
     """
+    plans = plans or {}
     arches = evidence_arches(doc)
-    labels = set(doc["axes"]["profiles"])
-    bases = list(dict.fromkeys(b for b, a in map(split_arch, doc["axes"]["profiles"]) if a is not None))
+    label_of = {panel_of(p): p for p in doc["axes"]["profiles"]}
+    bases = list(dict.fromkeys(panel_of(p)[0] for p in doc["axes"]["profiles"]))
     _, cols, cells = _grid(doc)
     rows = [(b, o) for b in bases for o in doc["axes"]["operators"]]
     grids: dict[str, list[list[str]]] = {}
     for arch in arches:
         grids[arch] = [
             [
-                _status_at(cells, CellKey(f"{b}@{arch}", o, t, j))[0] if f"{b}@{arch}" in labels else _BLANK
+                _planned_status(cells, CellKey(label_of[(b, arch)], o, t, j), plans)
+                if (b, arch) in label_of
+                else _BLANK
                 for t, j in cols
             ]
             for b, o in rows
         ]
     return arches, rows, cols, grids
+
+
+def _planned_status(cells: Mapping[CellKey, Any], key: CellKey, plans: Mapping[str, Sequence[str]]) -> str:
+    """The cell's status, or blank for an absent cell of a tier the profile's plan leaves out."""
+    tiers = plans.get(key.profile)
+    if tiers is not None and key.tier not in tiers and key not in cells:
+        return _BLANK
+    return _status_at(cells, key)[0]
 
 
 def grid_counts(statuses: list[list[str]]) -> dict[str, int]:
@@ -638,14 +666,16 @@ def arch_panel_title(arch: str, statuses: list[list[str]]) -> str:
     return f"{arch}: {sum(counts.values())} cells\n" + ", ".join(shown)
 
 
-def arch_heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> Any:
+def arch_heatmap_figure(
+    doc: Mapping[str, Any], title: str = "ws1 matrix", plans: Mapping[str, Sequence[str]] | None = None
+) -> Any:
     """One heatmap panel per arch, side by side, with the same rows and columns in every panel (the row
     labels on the leftmost), each titled with its arch and its counts. For a file with two or more arches."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    arches, rows, cols, grids = arch_heatmap_grids(doc)
+    arches, rows, cols, grids = arch_heatmap_grids(doc, plans)
     if len(arches) < 2:
         raise ValueError(f"a per-arch heatmap needs two or more arches, the file has {arches or 'none'}")
     panel = max(3.0, 0.55 * len(cols) + 0.8)
@@ -661,7 +691,9 @@ def arch_heatmap_figure(doc: Mapping[str, Any], title: str = "ws1 matrix") -> An
     fig.legend(
         handles=[
             *_status_patches({}),
-            Patch(facecolor="#FFFFFF", edgecolor="#BBBBBB", label="blank: not run on this arch"),
+            Patch(
+                facecolor="#FFFFFF", edgecolor="#BBBBBB", label="blank: not run on this arch, or planned out"
+            ),
         ],
         loc="lower center",
         ncol=len(ORDER) + 1,
@@ -678,9 +710,14 @@ def _save_png(fig: Any, png_path: Path) -> Path:
     return png_path
 
 
-def render_arch_heatmap(doc: Mapping[str, Any], png_path: Path, title: str = "ws1 matrix") -> Path:
+def render_arch_heatmap(
+    doc: Mapping[str, Any],
+    png_path: Path,
+    title: str = "ws1 matrix",
+    plans: Mapping[str, Sequence[str]] | None = None,
+) -> Path:
     """Write the per-arch heatmap PNG (two or more arches)."""
-    return _save_png(arch_heatmap_figure(doc, title), png_path)
+    return _save_png(arch_heatmap_figure(doc, title, plans), png_path)
 
 
 def render_heatmap(doc: Mapping[str, Any], png_path: Path, title: str = "ws1 matrix") -> Path:
@@ -710,11 +747,16 @@ def report_stem(path: Path) -> str:
 
 
 def write_report(
-    path: str | Path, out_dir: str | Path | None = None, *, allow_in_checkout: bool = False
+    path: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    allow_in_checkout: bool = False,
+    expect_profiles: Sequence[str] = (),
 ) -> tuple[Path, Path]:
     """Write `<stem>.report.md` and `<stem>.heatmap.png` beside the evidence (or into `out_dir`), and, when the
     file's profiles ran on two or more arches, `<stem>.arch-heatmap.png` (one panel per arch; an older one is
     removed when the file has fewer arches, so it never describes other cells: `arch_heatmap_path`).
+    `expect_profiles`: the run's plan, as `ws1 gate --expect` takes it, so the report's verdict is the gate's.
 
     Like every evidence output, a report inside the git checkout (and not ignored by git) is refused unless
     `allow_in_checkout`: it would leave untracked files there. Works on partial files too (a torn last line is
@@ -734,15 +776,16 @@ def write_report(
         raise EvidenceError(
             f"report: cannot create {directory} ({exc.strerror or type(exc).__name__})"
         ) from None
-    md.write_text(render_markdown(doc, p.name), encoding="utf-8")
-    result = gate(doc, source=p.name)
+    md.write_text(render_markdown(doc, p.name, expect_profiles), encoding="utf-8")
+    result = gate(doc, source=p.name, expect_profiles=expect_profiles)
     # the picture carries the gate line's qualifier: a reduced PASS once read as a plain "PASS" in the PNG
     verdict = result.verdict + (f" (reduced: {', '.join(result.reduced)})" if result.reduced else "")
+    verdict += f" (planned: {'; '.join(result.planned)})" if result.planned else ""
     title = heatmap_title(doc, p.name, verdict)
     render_heatmap(doc, png, title=title)
     per_arch = arch_heatmap_path(png)
     if len(evidence_arches(doc)) >= 2:
-        render_arch_heatmap(doc, per_arch, title=title)
+        render_arch_heatmap(doc, per_arch, title=title, plans=parse_expect(expect_profiles)[0])
     else:
         per_arch.unlink(missing_ok=True)
     return md, png
