@@ -13,17 +13,12 @@ import torch
 pytest.importorskip("transformers")
 
 from ws1_kernels import KernelInputError  # noqa: E402
-from ws1_kernels.integrations import qwen3, rollout  # noqa: E402
-from ws1_workload import build_fixture, load_manifest, synthetic_weights, tensor_shapes  # noqa: E402
+from ws1_kernels.integrations import rollout  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def model_and_fixture():
-    m = load_manifest()
-    cfg = dataclasses.replace(m.model("tiny"), num_layers=1)
-    weights = synthetic_weights(m, "tiny", names=tensor_shapes(cfg))
-    model = qwen3.build_model(qwen3.qwen3_config(cfg), weights, "portable_cpu")
-    return model, build_fixture(m, "primary", "tiny")
+def model_and_fixture(rollout_model_and_fixture):  # type: ignore[no-untyped-def]
+    return rollout_model_and_fixture
 
 
 def _requests(fx, stagger: int):

@@ -7,8 +7,6 @@ that forgets to reset a slot when its request leaves is caught.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -17,7 +15,6 @@ pytest.importorskip("transformers")
 from ws1_kernels import KernelInputError, LayoutContext  # noqa: E402
 from ws1_kernels.integrations import qwen3, rollout  # noqa: E402
 from ws1_kernels.integrations.kv_slots import SlotKVCache  # noqa: E402
-from ws1_workload import build_fixture, load_manifest, synthetic_weights, tensor_shapes  # noqa: E402
 
 
 def _ctx(sample: int, first: int, n: int) -> LayoutContext:
@@ -99,12 +96,8 @@ def test_a_reused_slot_never_shows_the_last_requests_rows(cache_type: type, stal
 
 
 @pytest.fixture(scope="module")
-def model_and_fixture():
-    m = load_manifest()
-    cfg = dataclasses.replace(m.model("tiny"), num_layers=1)
-    weights = synthetic_weights(m, "tiny", names=tensor_shapes(cfg))
-    model = qwen3.build_model(qwen3.qwen3_config(cfg), weights, "portable_cpu")
-    return model, build_fixture(m, "primary", "tiny")
+def model_and_fixture(rollout_model_and_fixture):  # type: ignore[no-untyped-def]
+    return rollout_model_and_fixture
 
 
 def _requests(fx):
