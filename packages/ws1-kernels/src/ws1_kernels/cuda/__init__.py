@@ -91,34 +91,50 @@ def _available(device: str) -> str | None:
     return None
 
 
+#: the fields of a built module's `kernel_attributes()` rows (csrc/binding.h `AttributeRow`), in order
+ATTRIBUTE_KEYS = (
+    "name",
+    "binary_version",
+    "ptx_version",
+    "registers",
+    "shared_bytes",
+    "local_bytes",
+    "max_threads",
+    "error",
+)
+
+
+def attribute_dicts(ext: ModuleType | None) -> list[dict[str, object]]:
+    """A built module's `kernel_attributes()` rows as dicts keyed by `ATTRIBUTE_KEYS` ([] when it is not built):
+    both extensions (this one and the Hopper one) report their kernels the same way."""
+    return (
+        []
+        if ext is None
+        else [dict(zip(ATTRIBUTE_KEYS, row, strict=True)) for row in ext.kernel_attributes()]
+    )
+
+
 def kernel_attributes() -> list[dict[str, object]]:
     """What the runtime reports of each kernel of the build on the current device: binary and PTX versions
     (which code runs: an sm86 proxy must show PTX 86 JIT-compiled), registers, shared and local memory."""
-    ext = extension()
-    if ext is None:
-        return []
-    keys = (
-        "name",
-        "binary_version",
-        "ptx_version",
-        "registers",
-        "shared_bytes",
-        "local_bytes",
-        "max_threads",
-        "error",
-    )
-    return [dict(zip(keys, row, strict=True)) for row in ext.kernel_attributes()]
+    return attribute_dicts(extension())
+
+
+def own_ops(module_name: str) -> Mapping[str, OpEntry]:
+    """The operators a built profile's package registers (`collect_ops`). The extension is there when this runs,
+    so a module of the package that does not import is a bug to see: ImportError, never a silent gap."""
+    found, broken = collect_ops(sys.modules[module_name])
+    if broken:
+        name, reason = next(iter(broken.items()))
+        raise ImportError(f"{name}: {reason}")
+    return found
 
 
 def _load() -> tuple[Mapping[str, OpEntry], str | None]:
     why = missing_reason()
     if why is not None:
         return {}, why
-    found, broken = collect_ops(sys.modules[__name__])
-    if broken:  # the extension is there, so a module that does not import is a bug to see
-        name, reason = next(iter(broken.items()))
-        raise ImportError(f"{name}: {reason}")
-    return found, None
+    return own_ops(__name__), None
 
 
 BACKEND = Backend(

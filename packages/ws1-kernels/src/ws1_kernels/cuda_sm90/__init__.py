@@ -12,7 +12,6 @@ which runs other instructions), so every candidate is unavailable there, with th
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from functools import lru_cache
 from types import ModuleType
@@ -20,7 +19,7 @@ from types import ModuleType
 import torch
 
 from .. import cuda
-from ..backend import Backend, OpEntry, collect_ops
+from ..backend import Backend, OpEntry
 
 PROFILE = "cuda_bf16_sm90"
 MIN_ARCH = "sm90"
@@ -75,20 +74,7 @@ def _available(device: str) -> str | None:
 
 def kernel_attributes() -> list[dict[str, object]]:
     """What the runtime reports of each Hopper kernel on the current device (``cuda.kernel_attributes``'s keys)."""
-    ext = extension()
-    if ext is None:
-        return []
-    keys = (
-        "name",
-        "binary_version",
-        "ptx_version",
-        "registers",
-        "shared_bytes",
-        "local_bytes",
-        "max_threads",
-        "error",
-    )
-    return [dict(zip(keys, row, strict=True)) for row in ext.kernel_attributes()]
+    return cuda.attribute_dicts(extension())
 
 
 def gemm_bucket(m: int) -> int:
@@ -106,11 +92,7 @@ def _load() -> tuple[Mapping[str, OpEntry], str | None]:
     generic, why = cuda.BACKEND.load()
     if why is not None:
         return {}, why
-    found, broken = collect_ops(sys.modules[__name__])
-    if broken:
-        name, reason = next(iter(broken.items()))
-        raise ImportError(f"{name}: {reason}")
-    return {**generic, **found}, None
+    return {**generic, **cuda.own_ops(__name__)}, None
 
 
 BACKEND = Backend(
