@@ -13,6 +13,7 @@ import torch
 from ..backend import OpEntry
 from ..context import LayoutContext
 from ..cuda import linear as generic
+from ..errors import KernelInputError
 
 DET_GEMM = "ws1.cuda_sm90.det_gemm.wgmma"
 LM_HEAD = "ws1.cuda_sm90.lm_head.wgmma"
@@ -31,8 +32,6 @@ _LM_HEAD = generic.Gemm(_gemm, LM_HEAD, generic.LM_HEAD)
 
 
 def _check_align(where: str, x: torch.Tensor, weight: torch.Tensor) -> None:
-    from ..errors import KernelInputError
-
     for name, width in (("K (x's width)", x.shape[-1]), ("N (weight's rows)", weight.shape[0])):
         if width % ALIGN:
             raise KernelInputError(
