@@ -453,7 +453,6 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     inherited = os.environ.get("PYTHONPATH", "")
     # the GPU tests cover every profile, so they see every module built
     env["PYTHONPATH"] = os.pathsep.join(p for p in (*map(str, modules.values()), inherited) if p)
-    bins = {} if args.one_env else _profile_venvs(session, name, profiles)
     if args.run_tests:
         for marker, after, without_build in gpu_test_phases(name, builds):
             runner.add(
@@ -463,6 +462,8 @@ def _gpu_session(session: nox.Session, name: str) -> None:
                     cmd=[sys.executable, "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider", "-rfE"],
                 )
             )  # fmt: skip
+    runner.poll()  # the tests that need no build start now, beside the builds
+    bins = {} if args.one_env else _profile_venvs(session, name, profiles, runner.poll)
     matrices: list[tuple[Any, str, str, Path, bool]] = []
     for profile in profiles:
         gated = profile not in BASELINE_PROFILES
@@ -655,9 +656,12 @@ def make_profile_venv(venv: Path, run: Any) -> Path:
     return venv / "bin"
 
 
-def _profile_venvs(session: nox.Session, name: str, profiles: list[str]) -> dict[str, Path]:
-    """`.nox/<session>-<profile>` for each profile (`make_profile_venv`), made at once in threads (each is a few
-    offline pip installs, done while csrc/ compiles); each profile's `bin` folder."""
+def _profile_venvs(session: nox.Session, name: str, profiles: list[str], poll: Any = None) -> dict[str, Path]:
+    """`.nox/<session>-<profile>` for each profile (`make_profile_venv`); each profile's `bin` folder.
+
+    One after another in a thread (concurrent editable installs of the same checkout would race on its build
+    metadata), while the main thread keeps calling `poll` (the job runner's: the builds and the tests that need no
+    build go on meanwhile, and their times stay exact)."""
     from concurrent.futures import ThreadPoolExecutor
 
     def run(*cmd: str) -> None:
@@ -667,13 +671,17 @@ def _profile_venvs(session: nox.Session, name: str, profiles: list[str]) -> dict
                 f"{' '.join(cmd[:4])} ...: exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
             )
 
-    with (
-        _step(session, f"environments {', '.join(profiles)}"),
-        ThreadPoolExecutor(len(profiles) or 1) as pool,
-    ):
-        futures = {p: pool.submit(make_profile_venv, ROOT / ".nox" / f"{name}-{p}", run) for p in profiles}
+    def make_all() -> dict[str, Path]:
+        return {p: make_profile_venv(ROOT / ".nox" / f"{name}-{p}", run) for p in profiles}
+
+    with _step(session, f"environments {', '.join(profiles)}"), ThreadPoolExecutor(1) as pool:
+        future = pool.submit(make_all)
+        while not future.done():
+            if poll is not None:
+                poll()
+            time.sleep(0.2)
         try:
-            return {p: f.result() for p, f in futures.items()}
+            return future.result()
         except RuntimeError as exc:
             session.error(f"{name}: a profile environment could not be made: {exc}")
             raise  # unreachable: session.error raises
