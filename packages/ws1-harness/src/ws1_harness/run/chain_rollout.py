@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ws1_kernels.integrations import rollout
+from ws1_kernels.integrations.device_sampler import DeviceGumbelSampler
 from ws1_workload import Fixture, Sample
 
 
@@ -54,7 +55,7 @@ def run_rollout(
     """Roll the fixture's prompts out; the produced fixture holds the sampled completions."""
     engine = rollout.Engine(
         model,
-        sampler or rollout.GumbelSampler(seed),
+        sampler or DeviceGumbelSampler(seed),  # on the logits' device, all rows at once, as a server samples
         chunk_size=chunk_size,
         max_running=max_running(fx),
         watch=watch,

@@ -10,7 +10,8 @@
   layer's attention reads a request's earlier keys as the candidate's ``kv_prefix``, a view of its slot.
 - **Sampling** keyed by (request id, position): ``GumbelSampler`` draws the Gumbel noise of a row from a generator
   seeded by a hash of (seed, request id, position of the sampled token), so which other requests share the batch,
-  and in which order, never changes a sampled token.
+  and in which order, never changes a sampled token. ``device_sampler.DeviceGumbelSampler`` does the same on the
+  logits' device, all rows at once (a counter-based hash of the key, no host loop).
 - The selected-token logprob of every sampled token comes from the profile's ``logp`` candidate on the same
   logits, fp32 (what an RL trainer compares its own logprobs with).
 
@@ -259,11 +260,12 @@ class Engine:
         if head:
             new_pos = [pos[r] + 1 for r in head]
             tokens = self.sampler.sample(logits, [sids[r] for r in head], new_pos)
+            chosen = tokens.tolist()  # one copy to the host, whatever device the sampler ran on
             with self.watch():
                 lp = logprobs(self.model, logits, tokens, hctx)
             lp = lp.detach().to("cpu")
             for i, run in enumerate(heads_of):
-                run.tokens.append(int(tokens[i]))
+                run.tokens.append(int(chosen[i]))
                 if run.done is None:
                     run.done = Completion(run.req.request_id, run.req.prompt.numel(), run.tokens)
                 run.done.logprobs.append(lp[i])
