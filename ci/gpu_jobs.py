@@ -121,11 +121,31 @@ class JobRunner:
 
         After a poll with nothing running, every job has ended: a job whose dependencies all succeeded was started,
         and one with a failed dependency was marked `NOT_RUN`."""
-        self.poll()
-        while self._running:
-            time.sleep(self.poll_s)
+        try:
             self.poll()
+            while self._running:
+                time.sleep(self.poll_s)
+                self.poll()
+        except BaseException:  # Ctrl-C, or a failure of the session itself: no command outlives it
+            self.stop()
+            raise
         return self.jobs
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Terminate every running command (then kill what is left after `grace_s`) and mark it failed."""
+        for proc, _began in self._running.values():
+            proc.terminate()
+        deadline = time.monotonic() + grace_s
+        for name, (proc, began) in list(self._running.items()):
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            job = self._by_name(name)
+            job.rc, job.wall_s = proc.returncode, time.monotonic() - began
+            self.say(f"stopped: {job.name} after {job.wall_s:.0f} s")
+        self._running.clear()
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self._t0

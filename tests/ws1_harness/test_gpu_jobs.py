@@ -233,3 +233,24 @@ def test_the_files_that_need_the_build_are_not_imported_while_it_compiles(
         capture_output=True, text=True, env=env, cwd=tmp_path, check=False,
     )  # fmt: skip
     assert proc.returncode == want_rc, proc.stdout[-1500:]
+
+
+def test_an_interrupted_session_leaves_no_command_running(tmp_path: Path) -> None:
+    """A failure while jobs run (here the progress callback raises once the long job has started) stops them: the
+    long job ends within the grace period, not after its 60 s; the control job that had ended keeps its status."""
+
+    class Interrupt(Exception):
+        pass
+
+    def say(msg: str) -> None:
+        if msg.startswith("start long"):
+            raise Interrupt
+
+    r = JOBS.JobRunner(2, say=say, poll_s=0.02)
+    quick = r.add(JOBS.Job("quick", _sleep(0), tmp_path / "q.log"))
+    quick_done = r.add(JOBS.Job("wait", _sleep(0.2), tmp_path / "w.log", after=("quick",), gpu=False))
+    long = r.add(JOBS.Job("long", _sleep(60), tmp_path / "l.log", after=("wait",)))
+    with pytest.raises(Interrupt):
+        r.run()
+    assert quick.ok and quick_done.ok
+    assert long.rc is not None and long.rc != 0 and long.wall_s < 15, (long.rc, long.wall_s)
