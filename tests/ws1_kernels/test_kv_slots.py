@@ -143,3 +143,28 @@ def test_the_engine_allocates_once_and_reuses_slots(model_and_fixture) -> None: 
     assert isinstance(cache, SlotKVCache)
     assert fx.num_samples > cache.slots == 2 and seen == {0, 1}, "four requests ran in two slots"
     assert cache.allocations == 1 and cache.slot_of == {}, "every slot was given back"
+
+
+def test_a_rewound_request_decodes_the_same_position_again() -> None:
+    c = SlotKVCache(num_layers=2, slots=2, max_len=8)
+    for layer in range(2):
+        c.append(layer, _ctx(0, 0, 3), _rows(3, 1.0), _rows(3, 1.0))
+        c.append(layer, _ctx(1, 0, 3), _rows(3, 2.0), _rows(3, 2.0))
+    c.rewind(0, 2)
+    assert c.length(0) == 2 and c.length(1) == 3
+    c.rewind_all(1)
+    assert (c.length(0), c.length(1)) == (1, 1) and set(c.prefix(1, _ctx(0, 1, 1))) == {0}
+    with pytest.raises(KernelInputError, match="cannot rewind request 0 to 2 keys: it holds 1"):
+        c.rewind(0, 2)  # control: forward is not a rewind
+    with pytest.raises(KernelInputError, match="cannot rewind every request to 5 keys"):
+        c.rewind_all(5)
+
+
+def test_rewind_all_refuses_the_middle_of_a_call() -> None:
+    c = SlotKVCache(num_layers=2, slots=1, max_len=8)
+    c.append(0, _ctx(0, 0, 2), _rows(2, 1.0), _rows(2, 1.0))  # layer 0 appended, layer 1 not yet
+    with pytest.raises(KernelInputError, match="lengths differ by layer"):
+        c.rewind_all(0)
+    c.append(1, _ctx(0, 0, 2), _rows(2, 1.0), _rows(2, 1.0))
+    c.rewind_all(0)  # control: between calls it rewinds
+    assert c.length(0) == 0

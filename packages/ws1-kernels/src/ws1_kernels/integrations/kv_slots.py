@@ -67,6 +67,36 @@ class SlotKVCache:
         self._free.append(slot)
         self._free.sort()
 
+    def rewind(self, sample_id: int, length: int) -> None:
+        """Forget a request's rows past ``length`` in every layer (a benchmark decodes the same position again; a
+        rejected speculative token is taken back). The rows stay in the slab but are never exposed again."""
+        slot = self.slot_of.get(sample_id)
+        have = 0 if slot is None else min(lens[slot] for lens in self._len)
+        if slot is None or not 0 <= length <= have:
+            raise KernelInputError(
+                f"SlotKVCache: cannot rewind request {sample_id} to {length} keys: it holds {have}"
+            )
+        for lens in self._len:
+            lens[slot] = length
+
+    def rewind_all(self, length: int) -> None:
+        """Every running request back to ``length`` keys, between calls (a benchmark's timed decode step): one pass
+        over the slots and a list copy per layer, so the rewind costs little beside the step it precedes."""
+        first = self._len[0]
+        if any(lens != first for lens in self._len):
+            raise KernelInputError(
+                "SlotKVCache: rewind_all between the layers of a call (lengths differ by layer)"
+            )
+        occupied = self.slot_of.values()
+        if any(not 0 <= length <= first[slot] for slot in occupied):
+            raise KernelInputError(
+                f"SlotKVCache: cannot rewind every request to {length} keys: they hold {sorted(first[s] for s in occupied)}"
+            )
+        new = list(first)
+        for slot in occupied:
+            new[slot] = length
+        self._len = [list(new) for _ in self._len]
+
     def length(self, sample_id: int) -> int:
         slot = self.slot_of.get(sample_id)
         return 0 if slot is None else self._len[0][slot]

@@ -10,10 +10,10 @@ model (cuBLAS through `F.linear`, SDPA, eager norms and `log_softmax`), and time
   logprob, and `backward` with a fixed upstream gradient per token; parameter gradients accumulate where each
   candidate's rule puts them (`main_grad` or `grad`), as in gradient accumulation over micro-batches.
 - `decode_step`: one decode step of the rollout engine at batch B (`--batch`): B requests, one new token each,
-  every request's `--cache` earlier keys in the engine's `KVCache`; what `rollout.Engine` does in a step (build
+  every request's `--cache` earlier keys in the engine's `SlotKVCache`; what `rollout.Engine` does in a step (build
   the call's context and token ids, `forward_call` with the cache, the `logp` candidate on the sampled rows)
-  without the sampler, which runs on the host and is the same on both sides. Each timed call starts from the
-  same cache (the dictionaries are copied, the tensors shared), so every call decodes the same position.
+  without the sampler, the same on both sides. Each timed call rewinds the cache to the same length first
+  (`SlotKVCache.rewind_all`), so every call decodes the same position.
 
 Weights are random bf16 drawn on the device from a torch generator seeded with `WEIGHT_SEED` (the pinned
 synthetic weights take minutes to generate at full width on a host, and values do not change a step's work);
@@ -71,7 +71,7 @@ STEP_METHOD = (
     "drop-in (ws1_kernels.integrations.qwen3) and the stock model (the drop-in on native_torch). train_step: "
     "forward_call + logp + backward of one packed varlen call (fixed upstream gradient per token), parameter "
     "gradients accumulating where each candidate's rule puts them; decode_step: the rollout engine's step "
-    "without the sampler (context and token ids built, forward_call against a KVCache of the given length, logp "
+    "without the sampler (context and token ids built, forward_call against a SlotKVCache of the given length, logp "
     "on every row), each call from the same cache. The timer's window is widened to at least "
     f"{STEP_MIN_REPS} timed calls. peak_mem_bytes: torch.cuda.max_memory_allocated() after a reset, over one "
     "step (absolute: the shared weights, the side's gradient buffers and, for decode, the cache included; the "
@@ -448,17 +448,19 @@ def _decode_calls(
 ) -> Iterator[tuple[str, torch.nn.Module, Callable[[Enter], Any], Callable[[], None]]]:
     from ws1_kernels import LayoutContext
     from ws1_kernels.integrations import qwen3
+    from ws1_kernels.integrations.kv_slots import SlotKVCache
 
     cfg = models.cfg
     gen = torch.Generator(device=device).manual_seed(WEIGHT_SEED + 2)
     b, c, hkv, d = p.m, p.cache, int(cfg.num_kv_heads), int(cfg.head_dim)
-    base_k: list[dict[int, torch.Tensor]] = []
-    base_v: list[dict[int, torch.Tensor]] = []
-    for _layer in range(p.layers):
-        k = torch.randn((b, c, hkv, d), generator=gen, device=device, dtype=torch.bfloat16)
-        v = torch.randn((b, c, hkv, d), generator=gen, device=device, dtype=torch.bfloat16)
-        base_k.append({s: k[s] for s in range(b)})
-        base_v.append({s: v[s] for s in range(b)})
+    # the engine's cache (kv_slots.SlotKVCache): a slot per request holding c earlier tokens, filled once; each
+    # timed call appends one token in place and is rewound after, so every call decodes the same position
+    cache = SlotKVCache(p.layers, b, c + 1)
+    fill = LayoutContext(torch.arange(b).repeat_interleave(c), torch.arange(c).repeat(b))
+    for layer in range(p.layers):
+        k = torch.randn((b * c, hkv, d), generator=gen, device=device, dtype=torch.bfloat16)
+        v = torch.randn((b * c, hkv, d), generator=gen, device=device, dtype=torch.bfloat16)
+        cache.append(layer, fill, k, v)
     vocab = int(cfg.vocab)
     ids = torch.randint(0, vocab, (b,), generator=torch.Generator().manual_seed(WEIGHT_SEED + 3)).tolist()
     targets = torch.randint(0, vocab, (b,), generator=gen, device=device)
@@ -467,9 +469,7 @@ def _decode_calls(
     for label, model in (("candidate", models.candidate), ("peer", models.peer)):
 
         def call(enter: Enter, model: torch.nn.Module = model) -> torch.Tensor:
-            cache = qwen3.KVCache(p.layers)
-            cache.k = [dict(x) for x in base_k]
-            cache.v = [dict(x) for x in base_v]
+            cache.rewind_all(c)
             ctx = LayoutContext(torch.tensor(sids, dtype=torch.int64), torch.tensor(pos, dtype=torch.int64))
             token_ids = torch.tensor(ids, dtype=torch.int64, device=device)
             head_rows = torch.tensor(head, dtype=torch.int64)
