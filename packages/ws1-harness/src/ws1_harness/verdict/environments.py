@@ -21,6 +21,7 @@ FIELDS: tuple[str, ...] = (
     "torch",
     "triton",
     "python",
+    "extension_archs",
 )
 
 

@@ -74,6 +74,9 @@ class Provenance:
     # version). Which code ran, read off the device: an sm86 proxy shows PTX 86 JIT-compiled; a shard that claims
     # a proxy without it is refused by the gate.
     code_objects: tuple[tuple[str, int, int], ...] = ()
+    # The arch lists the loaded extensions were built for (`ws1_cuda_ext=8.0;9.0a ws1_cuda_sm90_ext=9.0a`): what
+    # a merged verdict's reader compares between the sm86 and sm90 shards beside the code objects.
+    extension_archs: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -279,6 +282,19 @@ def _code_objects() -> tuple[tuple[str, int, int], ...]:
     )
 
 
+def _extension_archs() -> str | None:
+    """`ws1_cuda_ext=<its recorded arch list>`, and `ws1_cuda_sm90_ext=9.0a` when the Hopper module is loaded
+    (csrc/setup.py builds it for 9.0a alone), read through sys.modules like the code objects; None without any."""
+    parts: list[str] = []
+    cuda = sys.modules.get("ws1_kernels.cuda")
+    if cuda is not None and cuda.extension() is not None:
+        parts.append(f"ws1_cuda_ext={';'.join(cuda.built_targets())}")
+    hopper = sys.modules.get("ws1_kernels.cuda_sm90")
+    if hopper is not None and hopper.extension() is not None:
+        parts.append("ws1_cuda_sm90_ext=9.0a")
+    return " ".join(parts) or None
+
+
 def collect_provenance(argv: Sequence[str] | None = None) -> Provenance:
     """Collect provenance now. Always call this; never accept provenance from a caller."""
     commit, dirty, src = git_state()
@@ -303,4 +319,5 @@ def collect_provenance(argv: Sequence[str] | None = None) -> Provenance:
         cpu_isa=_cpu_isa(),
         plugins=plugin_sources(),
         code_objects=_code_objects(),
+        extension_archs=_extension_archs(),
     )
