@@ -25,27 +25,36 @@ def _rows(n: int, fill: float) -> torch.Tensor:
     return torch.full((n, 2, 4), fill, dtype=torch.bfloat16)
 
 
+def _write(c: SlotKVCache, sample: int, first: int, n: int, fill: float) -> None:
+    """One call of ``n`` rows of ``sample`` through every layer of the cache."""
+    for layer in range(c.num_layers):
+        c.append(layer, _ctx(sample, first, n), _rows(n, fill), _rows(n, fill))
+
+
 def test_a_joining_request_takes_the_lowest_free_slot() -> None:
     c = SlotKVCache(num_layers=1, slots=2, max_len=8)
-    assert (c.admit(10), c.admit(11)) == (0, 1)
+    _write(c, 10, 0, 1, 1.0)
+    _write(c, 11, 0, 1, 1.0)
+    assert c.slot_of == {10: 0, 11: 1}
     c.drop(10)
-    assert c.admit(12) == 0, "the freed slot is reused"
-    assert c.admit(12) == 0, "admitting twice keeps the slot"
+    _write(c, 12, 0, 1, 1.0)
+    assert c.slot_of == {11: 1, 12: 0}, "the freed slot is reused"
 
 
 def test_a_full_cache_refuses_one_more_request_in_one_line() -> None:
     c = SlotKVCache(num_layers=1, slots=1, max_len=8)
-    c.admit(1)
-    with pytest.raises(KernelInputError, match="no free slot for request 2") as exc:
-        c.admit(2)
+    _write(c, 1, 0, 1, 1.0)
+    with pytest.raises(KernelInputError, match="all 1 slots are taken") as exc:
+        _write(c, 2, 0, 1, 1.0)
     assert "\n" not in str(exc.value)
     c.drop(1)
-    assert c.admit(2) == 0  # control: once the slot is free, the request gets it
+    _write(c, 2, 0, 1, 1.0)  # control: once the slot is free, the request gets it
+    assert c.slot_of == {2: 0}
 
 
 def test_rows_past_max_len_are_refused() -> None:
     c = SlotKVCache(num_layers=1, slots=1, max_len=4)
-    c.append(0, _ctx(0, 0, 4), _rows(4, 1.0), _rows(4, 1.0))  # control: exactly max_len fits
+    _write(c, 0, 0, 4, 1.0)  # control: exactly max_len fits
     with pytest.raises(KernelInputError, match="past the cache's max_len 4"):
         c.append(0, _ctx(0, 4, 1), _rows(1, 1.0), _rows(1, 1.0))
 
@@ -56,7 +65,7 @@ def test_the_prefix_is_a_view_of_the_slab_and_holds_the_rows_written() -> None:
         c.append(layer, _ctx(5, 0, 3), _rows(3, 2.0), _rows(3, 3.0))
     k, v = c.prefix(1, _ctx(5, 3, 1))[5]
     assert k.shape == (3, 2, 4) and torch.equal(k, _rows(3, 2.0)) and torch.equal(v, _rows(3, 3.0))
-    assert k.untyped_storage().data_ptr() == c.k[1].untyped_storage().data_ptr(), "the prefix was copied"
+    assert k.untyped_storage().data_ptr() == c.slab.k[1].untyped_storage().data_ptr(), "the prefix was copied"
     assert c.allocations == 1 and c.length(5) == 3
 
 
@@ -68,28 +77,36 @@ def test_a_call_that_does_not_continue_the_cache_is_refused() -> None:
         c.prefix(0, _ctx(0, 3, 1))
 
 
-class _StaleSlots(SlotKVCache):
-    """The mistake a slot cache can make: giving a slot back without resetting its length."""
+class _LeakySlots(SlotKVCache):
+    """The mistake a slot cache can make: a request that leaves keeps its slot."""
 
     def drop(self, sample_id: int) -> None:
-        slot = self.slot_of.pop(sample_id, None)
-        if slot is not None:
-            self._free.append(slot)
+        pass
 
 
-@pytest.mark.parametrize(("cache_type", "stale"), [(SlotKVCache, False), (_StaleSlots, True)])
-def test_a_reused_slot_never_shows_the_last_requests_rows(cache_type: type, stale: bool) -> None:
+@pytest.mark.parametrize(("cache_type", "leaky"), [(SlotKVCache, False), (_LeakySlots, True)])
+def test_a_reused_slot_shows_only_the_new_requests_rows(cache_type: type, leaky: bool) -> None:
     c = cache_type(num_layers=1, slots=1, max_len=8)
-    c.append(0, _ctx(1, 0, 3), _rows(3, 7.0), _rows(3, 7.0))
+    _write(c, 1, 0, 3, 7.0)
     c.drop(1)
     assert c.prefix(0, _ctx(2, 0, 2)) == {}
-    c.append(0, _ctx(2, 0, 2), _rows(2, 9.0), _rows(2, 9.0))
-    if stale:  # the new request's rows went in after the old ones: its next call is out of order
-        with pytest.raises(KernelInputError, match="starts at position 2 but the cache holds 5 keys"):
-            c.prefix(0, _ctx(2, 2, 1))
+    if leaky:  # the slot was never given back: the next request finds none
+        with pytest.raises(KernelInputError, match="all 1 slots are taken"):
+            _write(c, 2, 0, 2, 9.0)
         return
+    _write(c, 2, 0, 2, 9.0)
     k, _v = c.prefix(0, _ctx(2, 2, 1))[2]
     assert torch.equal(k, _rows(2, 9.0)), "the slot shows rows of the request that left"
+
+
+def test_a_call_cut_short_exposes_none_of_its_rows() -> None:
+    """Only the last layer's append advances the length: a call stopped after layer 0 of 2 leaves the request
+    where it was (the control: the finished call advances it)."""
+    c = SlotKVCache(num_layers=2, slots=1, max_len=8)
+    c.append(0, _ctx(0, 0, 2), _rows(2, 1.0), _rows(2, 1.0))
+    assert c.length(0) == 0 and c.prefix(1, _ctx(0, 0, 2)) == {}
+    c.append(1, _ctx(0, 0, 2), _rows(2, 1.0), _rows(2, 1.0))
+    assert c.length(0) == 2
 
 
 # ---- the engine on the slots
@@ -141,15 +158,14 @@ def test_the_engine_allocates_once_and_reuses_slots(model_and_fixture) -> None: 
     engine.run(_requests(fx))
     cache = engine.cache
     assert isinstance(cache, SlotKVCache)
-    assert fx.num_samples > cache.slots == 2 and seen == {0, 1}, "four requests ran in two slots"
+    assert fx.num_samples > cache.slab.slots == 2 and seen == {0, 1}, "four requests ran in two slots"
     assert cache.allocations == 1 and cache.slot_of == {}, "every slot was given back"
 
 
 def test_a_rewound_request_decodes_the_same_position_again() -> None:
     c = SlotKVCache(num_layers=2, slots=2, max_len=8)
-    for layer in range(2):
-        c.append(layer, _ctx(0, 0, 3), _rows(3, 1.0), _rows(3, 1.0))
-        c.append(layer, _ctx(1, 0, 3), _rows(3, 2.0), _rows(3, 2.0))
+    _write(c, 0, 0, 3, 1.0)
+    _write(c, 1, 0, 3, 2.0)
     c.rewind(0, 2)
     assert c.length(0) == 2 and c.length(1) == 3
     c.rewind_all(1)
@@ -158,13 +174,3 @@ def test_a_rewound_request_decodes_the_same_position_again() -> None:
         c.rewind(0, 2)  # control: forward is not a rewind
     with pytest.raises(KernelInputError, match="cannot rewind every request to 5 keys"):
         c.rewind_all(5)
-
-
-def test_rewind_all_refuses_the_middle_of_a_call() -> None:
-    c = SlotKVCache(num_layers=2, slots=1, max_len=8)
-    c.append(0, _ctx(0, 0, 2), _rows(2, 1.0), _rows(2, 1.0))  # layer 0 appended, layer 1 not yet
-    with pytest.raises(KernelInputError, match="lengths differ by layer"):
-        c.rewind_all(0)
-    c.append(1, _ctx(0, 0, 2), _rows(2, 1.0), _rows(2, 1.0))
-    c.rewind_all(0)  # control: between calls it rewinds
-    assert c.length(0) == 0
