@@ -6,9 +6,9 @@
 - **Chunked prefill**: a prompt goes in chunks of at most ``chunk_size`` tokens, in the same call as other
   requests' decode tokens.
 - **Decode** against a ``SlotKVCache`` (``kv_slots``, over the step path's ``SlabCache``): one slab per layer
-  allocated once, a slot per running
-  request (the lowest free one; given back when the request leaves), each call's rows written in place; each
-  layer's attention reads a request's earlier keys as the candidate's ``kv_prefix``, a view of its slot.
+  allocated once, a slot per running request (the lowest free one; given back when the request leaves), each
+  call's rows written in place; each layer's attention reads a request's earlier keys as the candidate's
+  ``kv_prefix``, a view of its slot.
 - **Sampling** keyed by (request id, position): ``GumbelSampler`` draws the Gumbel noise of a row from a generator
   seeded by a hash of (seed, request id, position of the sampled token), so which other requests share the batch,
   and in which order, never changes a sampled token. ``device_sampler.DeviceGumbelSampler`` does the same on the
