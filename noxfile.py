@@ -463,10 +463,10 @@ def _gpu_session(session: nox.Session, name: str) -> None:
                 )
             )  # fmt: skip
     runner.poll()  # the tests that need no build start now, beside the builds
-    bins = {} if args.one_env else _profile_venvs(session, name, profiles, runner.poll)
     matrices: list[tuple[Any, str, str, Path, bool]] = []
-    for profile in profiles:
-        gated = profile not in BASELINE_PROFILES
+
+    def add_matrices(profile: str, bin_dir: Path | None) -> None:
+        """The profile's matrix jobs, full and tiny widths: added as soon as its environment exists."""
         penv = (
             dict(env)
             if args.one_env
@@ -478,10 +478,15 @@ def _gpu_session(session: nox.Session, name: str) -> None:
             # full widths (the gate's --full verdict) and the tiny widths: a candidate must be green at every width
             # the gate accepts (the linear_logp weight gradient was red at tiny widths only)
             pdir = out / (profile if model == "qwen3-8b" else f"{profile}-{model}")
-            job = runner.add(
-                _matrix_job(jobs, profile, model, tiers, pdir, penv, bins.get(profile), after, logs)
-            )
-            matrices.append((job, profile, model, pdir, gated))
+            job = runner.add(_matrix_job(jobs, profile, model, tiers, pdir, penv, bin_dir, after, logs))
+            matrices.append((job, profile, model, pdir, profile not in BASELINE_PROFILES))
+        runner.poll()
+
+    if args.one_env:
+        for profile in profiles:
+            add_matrices(profile, None)
+    else:
+        _profile_venvs(session, name, profiles, runner.poll, add_matrices)
     runner.run()
     record = jobs.write_times(out / "session-times.json", name, runner.jobs, runner.elapsed_s(), slots)
     session.log(f"{name}: every command ended in {record['total_s']} s ({out / 'session-times.json'})")
@@ -656,12 +661,20 @@ def make_profile_venv(venv: Path, run: Any) -> Path:
     return venv / "bin"
 
 
-def _profile_venvs(session: nox.Session, name: str, profiles: list[str], poll: Any = None) -> dict[str, Path]:
+def _profile_venvs(
+    session: nox.Session,
+    name: str,
+    profiles: list[str],
+    poll: Any = None,
+    ready: Any = None,
+) -> dict[str, Path]:
     """`.nox/<session>-<profile>` for each profile (`make_profile_venv`); each profile's `bin` folder.
 
-    One after another in a thread (concurrent editable installs of the same checkout would race on its build
-    metadata), while the main thread keeps calling `poll` (the job runner's: the builds and the tests that need no
-    build go on meanwhile, and their times stay exact)."""
+    One after another in a thread (concurrent editable installs of one checkout would race on its build metadata),
+    while the main thread keeps calling `poll` (the job runner's: the builds and the tests that need no build go on
+    meanwhile, and their times stay exact) and calls `ready(profile, bin)` as each environment exists, so a
+    profile's matrices start without waiting for the others' environments."""
+    import queue
     from concurrent.futures import ThreadPoolExecutor
 
     def run(*cmd: str) -> None:
@@ -671,20 +684,28 @@ def _profile_venvs(session: nox.Session, name: str, profiles: list[str], poll: A
                 f"{' '.join(cmd[:4])} ...: exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
             )
 
-    def make_all() -> dict[str, Path]:
-        return {p: make_profile_venv(ROOT / ".nox" / f"{name}-{p}", run) for p in profiles}
+    made: queue.Queue[tuple[str, Path]] = queue.Queue()
 
+    def make_all() -> None:
+        for p in profiles:
+            made.put((p, make_profile_venv(ROOT / ".nox" / f"{name}-{p}", run)))
+
+    bins: dict[str, Path] = {}
     with _step(session, f"environments {', '.join(profiles)}"), ThreadPoolExecutor(1) as pool:
         future = pool.submit(make_all)
-        while not future.done():
+        while len(bins) < len(profiles):
             if poll is not None:
                 poll()
-            time.sleep(0.2)
-        try:
-            return future.result()
-        except RuntimeError as exc:
-            session.error(f"{name}: a profile environment could not be made: {exc}")
-            raise  # unreachable: session.error raises
+            try:
+                profile, bin_dir = made.get(timeout=0.2)
+            except queue.Empty:
+                if future.done() and future.exception() is not None:
+                    session.error(f"{name}: a profile environment could not be made: {future.exception()}")
+                continue
+            bins[profile] = bin_dir
+            if ready is not None:
+                ready(profile, bin_dir)
+    return bins
 
 
 def _matrix_job(

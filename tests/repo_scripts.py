@@ -33,4 +33,11 @@ def load_noxfile(name: str) -> ModuleType:
         if os.environ.get("CI") == "true":
             raise RuntimeError("CI=true: nox is not importable, so the noxfile's tests cannot run") from None
         pytest.skip("nox is not installed")
-    return load_repo_script("noxfile.py", name)
+    import warnings
+
+    with warnings.catch_warnings():
+        # each load registers the sessions again under nox's one registry, which nox warns about: expected here
+        warnings.filterwarnings(
+            "ignore", message="The session .* has already been registered", category=FutureWarning
+        )
+        return load_repo_script("noxfile.py", name)

@@ -103,3 +103,26 @@ def test_a_failed_matrix_fails_the_session_by_name(noxfile: ModuleType, tmp_path
     times = json.loads((tmp_path / "gpu_sm90" / "session-times.json").read_text())
     assert times["jobs"][0]["rc"] == 2 and not times["jobs"][0]["ok"]
     assert any(line.startswith("WARN matrix native_torch (tiny) failed") for line in session.lines)
+
+
+def test_each_profile_runs_in_its_own_environment(noxfile: ModuleType, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Without --no-venv the profile's environment is made (here under tmp_path) and its own `ws1` runs the
+    matrix, added as soon as that environment exists."""
+    monkeypatch.setenv("WS1_OUT", str(tmp_path / "out"))
+    monkeypatch.setattr(noxfile.sys, "argv", ["nox"])
+    real = noxfile.make_profile_venv
+    made: list[Path] = []
+
+    def make_here(venv: Path, run: Any) -> Path:
+        made.append(tmp_path / "venvs" / venv.name)
+        return real(made[-1], run)
+
+    monkeypatch.setattr(noxfile, "make_profile_venv", make_here)
+    session = _Session(_posargs("short"))
+    noxfile._gpu_session(session, "gpu_sm90")
+    assert [v.name for v in made] == ["gpu_sm90-native_torch"]
+    times = json.loads((tmp_path / "out" / "gpu_sm90" / "session-times.json").read_text())
+    assert times["jobs"][0]["ok"]
+    log = (tmp_path / "out" / "gpu_sm90" / "logs" / "matrix-native_torch-tiny.log").read_text()
+    assert "native_torch" in log
+    assert any("environments native_torch" in line for line in session.lines)
