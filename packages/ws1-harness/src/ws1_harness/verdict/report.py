@@ -26,7 +26,7 @@ from ws1_harness.verdict.evidence import (
     check_outside_checkout,
     read_evidence,
 )
-from ws1_harness.verdict.gate import gate, parse_expect
+from ws1_harness.verdict.gate import GateResult, gate, parse_expect, planned_out
 
 GLYPH = {
     "green": "✅",
@@ -145,11 +145,15 @@ def _errors_section(doc: Mapping[str, Any]) -> list[str]:
 
 
 def render_markdown(
-    doc: Mapping[str, Any], source: str = "evidence", expect_profiles: Sequence[str] = ()
+    doc: Mapping[str, Any],
+    source: str = "evidence",
+    expect_profiles: Sequence[str] = (),
+    verdict: GateResult | None = None,
 ) -> str:
-    """The Markdown report: verdict (under the run's plan, `expect_profiles`), provenance, counts, legend, and the
-    profile×operator table."""
-    verdict = gate(doc, source=source, expect_profiles=expect_profiles)
+    """The Markdown report: verdict (under the run's plan, `expect_profiles`; `verdict` when the caller has it
+    already), provenance, counts, legend, and the profile×operator table."""
+    if verdict is None:
+        verdict = gate(doc, source=source, expect_profiles=expect_profiles)
     prov = doc["provenance"]
     rows, cols, cells = _grid(doc)
     out = [f"# ws1 evidence report: {source}", ""]
@@ -642,11 +646,8 @@ def arch_heatmap_grids(
 
 
 def _planned_status(cells: Mapping[CellKey, Any], key: CellKey, plans: Mapping[str, Sequence[str]]) -> str:
-    """The cell's status, or blank for an absent cell of a tier the profile's plan leaves out."""
-    tiers = plans.get(key.profile)
-    if tiers is not None and key.tier not in tiers and key not in cells:
-        return _BLANK
-    return _status_at(cells, key)[0]
+    """The cell's status, or blank for an absent cell of a tier the profile's plan leaves out (`planned_out`)."""
+    return _BLANK if planned_out(key, plans, cells) else _status_at(cells, key)[0]
 
 
 def grid_counts(statuses: list[list[str]]) -> dict[str, int]:
@@ -776,8 +777,8 @@ def write_report(
         raise EvidenceError(
             f"report: cannot create {directory} ({exc.strerror or type(exc).__name__})"
         ) from None
-    md.write_text(render_markdown(doc, p.name, expect_profiles), encoding="utf-8")
-    result = gate(doc, source=p.name, expect_profiles=expect_profiles)
+    result = gate(doc, source=p.name, expect_profiles=expect_profiles)  # once: the Markdown and the pictures
+    md.write_text(render_markdown(doc, p.name, verdict=result), encoding="utf-8")
     # the picture carries the gate line's qualifier: a reduced PASS once read as a plain "PASS" in the PNG
     verdict = result.verdict + (f" (reduced: {', '.join(result.reduced)})" if result.reduced else "")
     verdict += f" (planned: {'; '.join(result.planned)})" if result.planned else ""
