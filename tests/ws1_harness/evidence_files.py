@@ -35,35 +35,42 @@ CUDA_SM90 = sorted(EVIDENCE.glob("cuda-sm90-*/cuda_bf16/cuda_bf16.sm90.json"))
 CUDA_PROXY = sorted(EVIDENCE.glob("cuda-sm86proxy-*/cuda_bf16/cuda_bf16.sm86-proxy.json"))
 
 
-def cuda_shard_pair(tmp: Path) -> tuple[Path, Path]:
-    """The committed sm90 and sm86-proxy cuda_bf16 shards as one commit's pair.
+def same_commit(ref: Path, shard: Path, tmp: Path) -> Path:
+    """`shard`, or a copy of it in `tmp` carrying `ref`'s commit and dirty flag when the two differ.
 
-    When the current bundles name two commits (one was rerun alone), the proxy shard is copied into `tmp` with the
-    sm90 shard's commit: the tests that use the pair are about merging, environments and where the arches disagree,
-    not about which commit ran (the merge's refusal of two commits has its own tests)."""
+    The tests that pair committed shards of different runs are about merging, environments, tier plans and where
+    the arches disagree, not about which commit ran (the merge's refusal of two commits has its own tests)."""
     import json
 
-    assert len(CUDA_SM90) == 1 and len(CUDA_PROXY) == 1, (CUDA_SM90, CUDA_PROXY)
-    sm90, proxy = CUDA_SM90[0], CUDA_PROXY[0]
-    a, b = json.loads(sm90.read_text()), json.loads(proxy.read_text())
+    a, b = json.loads(ref.read_text()), json.loads(shard.read_text())
     if a["provenance"]["git_commit"] == b["provenance"]["git_commit"]:
-        return sm90, proxy
+        return shard
     b["provenance"]["git_commit"] = a["provenance"]["git_commit"]
     b["provenance"]["git_dirty"] = a["provenance"]["git_dirty"]
     tmp.mkdir(parents=True, exist_ok=True)
-    copy = tmp / proxy.name
+    copy = tmp / shard.name
     copy.write_text(json.dumps(b), encoding="utf-8")
-    return sm90, copy
+    return copy
+
+
+def _merged(first: Path, second: Path, tmp: Path) -> Path:
+    """`first` and `second` merged by `ws1 merge` into `tmp/merged.json` (which must succeed)."""
+    from ws1_harness.cli import main
+
+    out = tmp / "merged.json"
+    assert main(["merge", str(first), str(second), "--out", str(out)]) == 0
+    return out
+
+
+def cuda_shard_pair(tmp: Path) -> tuple[Path, Path]:
+    """The committed sm90 and sm86-proxy cuda_bf16 shards as one commit's pair (`same_commit`)."""
+    assert len(CUDA_SM90) == 1 and len(CUDA_PROXY) == 1, (CUDA_SM90, CUDA_PROXY)
+    return CUDA_SM90[0], same_commit(CUDA_SM90[0], CUDA_PROXY[0], tmp)
 
 
 def merged_cuda_pair(tmp: Path) -> Path:
-    """The pair of `cuda_shard_pair` merged by `ws1 merge` into `tmp/merged.json` (which must succeed)."""
-    from ws1_harness.cli import main
-
-    sm90, proxy = cuda_shard_pair(tmp / "pair")
-    out = tmp / "merged.json"
-    assert main(["merge", str(sm90), str(proxy), "--out", str(out)]) == 0
-    return out
+    """The pair of `cuda_shard_pair` merged into `tmp/merged.json`."""
+    return _merged(*cuda_shard_pair(tmp / "pair"), tmp)
 
 
 #: the committed CPU shard of the merged run (portable_cpu at full widths, the CPU session's short and primary tiers)
@@ -71,24 +78,8 @@ CPU_PORTABLE = sorted(EVIDENCE.glob("cpu-portable-*/portable_cpu.json"))
 
 
 def merged_cpu_gpu(tmp: Path) -> Path:
-    """The committed CPU shard and the sm90 cuda_bf16 shard merged into `tmp/merged.json` (which must succeed).
-
-    The GPU shard is copied with the CPU shard's commit when the two differ: the tests that use the pair are about
-    the tier plans of a merged run, not about which commit ran (the merge's refusal of two commits has its own
-    tests)."""
-    import json
-
-    from ws1_harness.cli import main
-
+    """The committed CPU shard and the sm90 cuda_bf16 shard (`same_commit` as the CPU one) merged into
+    `tmp/merged.json`."""
     assert len(CPU_PORTABLE) == 1 and len(CUDA_SM90) == 1, (CPU_PORTABLE, CUDA_SM90)
-    cpu, gpu = CPU_PORTABLE[0], CUDA_SM90[0]
-    a, b = json.loads(cpu.read_text()), json.loads(gpu.read_text())
-    tmp.mkdir(parents=True, exist_ok=True)
-    if a["provenance"]["git_commit"] != b["provenance"]["git_commit"]:
-        b["provenance"]["git_commit"] = a["provenance"]["git_commit"]
-        b["provenance"]["git_dirty"] = a["provenance"]["git_dirty"]
-        gpu = tmp / gpu.name
-        gpu.write_text(json.dumps(b), encoding="utf-8")
-    out = tmp / "merged.json"
-    assert main(["merge", str(cpu), str(gpu), "--out", str(out)]) == 0
-    return out
+    cpu = CPU_PORTABLE[0]
+    return _merged(cpu, same_commit(cpu, CUDA_SM90[0], tmp), tmp)
