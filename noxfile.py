@@ -531,18 +531,24 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")
 
 
-def load_gpu_jobs() -> Any:
-    """ci/gpu_jobs.py (the side-by-side runner) as a module."""
+def _load_script(relative: str, name: str) -> Any:
+    """A script of this checkout as module `name`, loaded once (registered in sys.modules: dataclasses look their
+    module up there)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("ws1_gpu_jobs", ROOT / "ci" / "gpu_jobs.py")
-    assert spec is not None and spec.loader is not None
-    module = sys.modules.get("ws1_gpu_jobs")
+    module = sys.modules.get(name)
     if module is None:
+        spec = importlib.util.spec_from_file_location(name, ROOT / relative)
+        assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
-        sys.modules["ws1_gpu_jobs"] = module  # dataclasses look their module up there
+        sys.modules[name] = module
         spec.loader.exec_module(module)
     return module
+
+
+def load_gpu_jobs() -> Any:
+    """ci/gpu_jobs.py (the side-by-side runner) as a module."""
+    return _load_script("ci/gpu_jobs.py", "ws1_gpu_jobs")
 
 
 #: the profiles whose code a proxy session builds for the named arch (the CUDA extension); Triton and torch's stock
@@ -574,7 +580,8 @@ def _add_build_jobs(runner: Any, name: str, out: Path, logs: Path) -> tuple[dict
     (`profile_pythonpath`). A build that fails fails the session, and the commands that need it do not run: the
     cuda profiles would otherwise be judged red for a reason that is not theirs."""
     archs = CUDA_ARCH_LISTS[name]
-    wanted = ["generic", "hopper"] if "9.0a" in archs.split(";") else ["generic"]
+    # the build script's own rule for which modules an arch list builds (its main() runs only as a script)
+    wanted = _load_script("csrc/setup.py", "ws1_csrc_setup").wanted_modules(archs, "")
     for stale in out.glob("ws1_cuda_sm90_ext*.so"):  # an older build's Hopper module beside the generic one
         stale.unlink()
     modules = {"generic": out, **({"hopper": out / "hopper"} if "hopper" in wanted else {})}
