@@ -150,6 +150,37 @@ def test_the_slots_give_the_bits_of_the_concatenating_cache(model_and_fixture) -
     assert isinstance(slots.cache, SlotKVCache)
 
 
+class _StaleValueSlots(SlotKVCache):
+    """The control of the bit comparison: a cache that serves its first cached key in place of the last."""
+
+    def prefix(self, layer, ctx):  # type: ignore[no-untyped-def]
+        out = {}
+        for sid, (k, v) in super().prefix(layer, ctx).items():
+            k = k.clone()
+            k[-1] = k[0]
+            out[sid] = (k, v)
+        return out
+
+
+class _StaleValueEngine(rollout.Engine):
+    def make_cache(self, requests):  # type: ignore[no-untyped-def]
+        slots = super().make_cache(requests)
+        return _StaleValueSlots(slots.num_layers, slots.slab.slots, slots.slab.max_len)
+
+
+def test_a_wrong_cached_key_changes_the_bits(model_and_fixture) -> None:  # type: ignore[no-untyped-def]
+    """The comparison above would see a cache that serves a wrong key: the recorded logprobs differ."""
+    model, fx = model_and_fixture
+    kw = {"chunk_size": 3, "max_running": 2}
+    _tokens, lps = _serve(_StaleValueEngine(model, rollout.GumbelSampler(5), **kw), fx)
+    _ref_tokens, ref_lps = _serve(_ConcatEngine(model, rollout.GumbelSampler(5), **kw), fx)
+    assert any(
+        lps[rid].shape != ref_lps[rid].shape
+        or not torch.equal(lps[rid].view(torch.int32), ref_lps[rid].view(torch.int32))
+        for rid in ref_lps
+    )
+
+
 def test_the_engine_allocates_once_and_reuses_slots(model_and_fixture) -> None:  # type: ignore[no-untyped-def]
     model, fx = model_and_fixture
     engine = rollout.Engine(model, rollout.GumbelSampler(5), chunk_size=4, max_running=2)
