@@ -56,16 +56,20 @@ def run_steps(
     bucket: int = 4,
     slots: int = 2,
     tamper: Callable[[StepPlan], StepPlan] | None = None,
+    compile_backend: str = "inductor",
 ) -> dict[tuple[int, int], torch.Tensor]:
-    """Every step row's logits by (request, position); ``mode``: eager, compiled (fullgraph) or graph (steps of
-    at most ``bucket`` rows replayed from one CUDA graph, pads included). ``tamper`` alters each eager plan (a
-    negative control)."""
+    """Every step row's logits by (request, position); ``mode``: eager, compiled (fullgraph, with
+    ``compile_backend``) or graph (steps of at most ``bucket`` rows replayed from one CUDA graph, pads
+    included). ``tamper`` alters each eager plan (a negative control)."""
     w = StepWeights.of(model)
     dev = w.embed.device
     cache = SlabCache.allocate(
         len(w.layers), slots, max(LENGTHS.values()), w.kv_heads, w.head_dim, device=dev, dtype=w.embed.dtype
     )
-    fwd = torch.compile(step_forward, fullgraph=True, dynamic=False) if mode == "compiled" else step_forward
+    fwd = step_forward
+    if mode == "compiled":
+        torch._dynamo.reset()  # a fresh trace: a cache hit from an earlier test would prove nothing
+        fwd = torch.compile(step_forward, fullgraph=True, dynamic=False, backend=compile_backend)
     graph = GraphStep(ops, w, cache, bucket) if mode == "graph" else None
     cache.join(0)
     cache.join(1)
@@ -130,3 +134,26 @@ REFERENCE_STEP_OPS = StepOps(
     swiglu=lambda g, u: torch.nn.functional.silu(g) * u,
     logp=lambda logits, t: torch.log_softmax(logits.float(), -1).gather(1, t[:, None])[:, 0],
 )
+
+
+def gpu_model(profile: str) -> torch.nn.Module:
+    """The tiny model cut to two layers, swapped to ``profile`` on the GPU (the GPU step tests)."""
+    import dataclasses as dc
+
+    from ws1_workload import load_manifest, synthetic_weights, tensor_shapes
+
+    m = load_manifest()
+    cfg = dc.replace(m.model("tiny"), num_layers=2)
+    weights = synthetic_weights(m, "tiny", names=tensor_shapes(cfg))
+    return qwen3.build_model(qwen3.qwen3_config(cfg), weights, profile, device="cuda")
+
+
+def raw_bits(t: torch.Tensor) -> torch.Tensor:
+    """The integer view of a float tensor (bf16 or fp32): what "bit for bit" compares."""
+    return t.contiguous().view(torch.int32 if t.dtype == torch.float32 else torch.int16)
+
+
+def mismatched(got: dict, ref: dict) -> list:
+    """The keys whose rows differ in any bit (``got`` must cover exactly ``ref``'s keys)."""
+    assert set(got) == set(ref)
+    return [k for k in sorted(ref) if not torch.equal(raw_bits(got[k]), raw_bits(ref[k]))]

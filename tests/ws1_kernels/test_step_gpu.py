@@ -22,31 +22,14 @@ if cuda.extension() is None or not torch.cuda.is_available():
     pytest.skip(str(cuda.missing_reason() or "no CUDA device"), allow_module_level=True)
 pytest.importorskip("transformers")
 
-from step_support import packed_logits, run_steps, sequences  # noqa: E402
+from step_support import gpu_model, mismatched, packed_logits, run_steps, sequences  # noqa: E402
 
-from ws1_kernels.integrations import qwen3  # noqa: E402
 from ws1_kernels.integrations.step import StepPlan, step_ops  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def model():  # type: ignore[no-untyped-def]
-    import dataclasses as dc
-
-    from ws1_workload import load_manifest, synthetic_weights, tensor_shapes
-
-    m = load_manifest()
-    cfg = dc.replace(m.model("tiny"), num_layers=2)
-    weights = synthetic_weights(m, "tiny", names=tensor_shapes(cfg))
-    return qwen3.build_model(qwen3.qwen3_config(cfg), weights, "cuda_bf16", device="cuda")
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.int16)
-
-
-def _mismatched(got: dict, ref: dict) -> list:
-    assert set(got) == set(ref)
-    return [k for k in sorted(ref) if not torch.equal(_bits(got[k]), _bits(ref[k]))]
+    return gpu_model("cuda_bf16")
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled", "graph"])
@@ -54,7 +37,7 @@ def test_steps_give_the_packed_forward_bits(model, mode: str) -> None:  # type: 
     seqs = sequences(model.lm_head.weight.shape[0], "cuda")
     ref = packed_logits(model, seqs)
     got = run_steps(model, step_ops("cuda_bf16"), seqs, mode=mode)
-    assert _mismatched(got, ref) == []
+    assert mismatched(got, ref) == []
 
 
 def test_a_plan_one_key_short_changes_the_bits(model) -> None:  # type: ignore[no-untyped-def]
@@ -64,5 +47,5 @@ def test_a_plan_one_key_short_changes_the_bits(model) -> None:  # type: ignore[n
     def short(plan: StepPlan) -> StepPlan:
         return dataclasses.replace(plan, n_keys=(plan.n_keys - 1).clamp(min=1))
 
-    bad = _mismatched(run_steps(model, step_ops("cuda_bf16"), seqs, tamper=short), ref)
+    bad = mismatched(run_steps(model, step_ops("cuda_bf16"), seqs, tamper=short), ref)
     assert len(bad) > len(ref) // 2  # every row past position 0 sees one key fewer

@@ -38,9 +38,12 @@ def step_ops(profile: str) -> StepOps:
         from ..cuda.step_ops import STEP_OPS
 
         return STEP_OPS
+    if profile == "triton_cuda_bf16":
+        from ..triton_ops.step_ops import STEP_OPS as TRITON_STEP_OPS
+
+        return TRITON_STEP_OPS
     raise KernelInputError(
-        f"step: profile {profile!r} has no inference step ops (cuda_bf16 has; the Triton ops need torch "
-        "custom-op registration first)"
+        f"step: profile {profile!r} has no inference step ops (cuda_bf16 and triton_cuda_bf16 have)"
     )
 
 

@@ -49,7 +49,7 @@ from ..op_checks import check_attention
 from . import triton_op
 from ._launch import check_contiguous, check_device, launch
 
-__all__ = ["OPS", "Tiles", "attention", "attention_forward", "tiles_for"]
+__all__ = ["OPS", "Tiles", "attention", "attention_forward", "slab_forward", "tiles_for"]
 
 _LOG2E = 1.4426950408889634
 _ALIGN = 16  # table sections start at multiples of 16 entries: offsets always specialise the same way
@@ -214,6 +214,50 @@ def _attn_fwd(
     tl.store(o_ptr + tile_row * (HQ * D) + q_off, o.to(o_ptr.dtype.element_ty), mask=valid[:, None])
     lse_off = (offs_m // G) * HQ + head
     tl.store(lse_ptr + tile_row * HQ + lse_off, m_i + tl.math.log2(l_i), mask=valid)
+
+
+@triton.jit
+def _attn_slab_fwd(
+    q_ptr, k_ptr, v_ptr, o_ptr, base_ptr, nkeys_ptr, qk_scale,
+    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    """The step path's forward (``integrations.step``): one program per (row, kv head), the row's keys read in
+    place from a KV slab (key position ``p`` at slab row ``key_base[row] + p``, ``n_keys[row]`` of them).
+
+    It is a decode call's tile of ``_attn_fwd`` (one row x the G heads, the other slots masked) with the slab
+    as the row's prefix: the whole blocks before the row's own block go through ``_fwd_step`` as prefix-only
+    blocks and the last through it masked, so every row does, in order, what the judged decode path does."""
+    row = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1)
+    key0 = tl.load(base_ptr + row).to(tl.int64)
+    n = tl.load(nkeys_ptr + row).to(tl.int32)
+    qpos_row = n - 1
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    head = j * G + offs_m % G
+    valid = offs_m < G
+    q_off = head[:, None] * D + offs_d[None, :]
+    q = tl.load(q_ptr + row * (HQ * D) + q_off, mask=valid[:, None], other=0.0)
+    qpos = tl.full((BLOCK_M,), 0, tl.int32) + qpos_row  # every slot sees what the row sees
+    kv_off = tl.arange(0, BLOCK_N)[:, None] * (HKV * D) + j * D + offs_d[None, :]
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
+    pk = k_ptr + key0 * (HKV * D)  # the slab row of position 0: the "prefix" of the decode tile
+    pv = v_ptr + key0 * (HKV * D)
+    n_free = qpos_row // BLOCK_N
+    for kb in range(0, n_free):
+        acc, l_i, m_i = _fwd_step(
+            acc, l_i, m_i, q, qpos, qk_scale, kb, k_ptr, v_ptr, pk, pv, key0, 0, n, kv_off,
+            HKV * D, BLOCK_N, False, False, True, DOT_PREC,
+        )  # fmt: skip
+    acc, l_i, m_i = _fwd_step(
+        acc, l_i, m_i, q, qpos, qk_scale, n_free, k_ptr, v_ptr, pk, pv, key0, 0, n, kv_off,
+        HKV * D, BLOCK_N, False, True, False, DOT_PREC,
+    )  # fmt: skip
+    o = acc / l_i[:, None]
+    tl.store(o_ptr + row * (HQ * D) + q_off, o.to(o_ptr.dtype.element_ty), mask=valid[:, None])
 
 
 @triton.jit
@@ -509,6 +553,32 @@ def _forward(q, k, v, scale: float, plan: _Plan, tiles: Tiles):
             num_warps=warps, num_stages=stages, enable_fp_fusion=False,
         )  # fmt: skip
     return out, lse
+
+
+def slab_forward(
+    q: torch.Tensor,
+    k_slab: torch.Tensor,
+    v_slab: torch.Tensor,
+    key_base: torch.Tensor,
+    n_keys: torch.Tensor,
+    scale: float,
+    tiles: Tiles | None = None,
+) -> torch.Tensor:
+    """The step path's attention on inputs its plan validated: ``q [T,Hq,D]``, the layer's slabs ``[R,Hkv,D]``,
+    int32 ``key_base [T]`` and ``n_keys [T]`` (>= 1). One launch, no host table, so a CUDA graph captures it.
+    ``tiles``: the decode tile and key block of ``_attn_fwd`` (``tiles_for(D)``), for the same arithmetic."""
+    t, hq, d = q.shape
+    hkv = k_slab.shape[1]
+    group = hq // hkv
+    use = tiles or tiles_for(d)
+    out = torch.empty_like(q)
+    launch(
+        _attn_slab_fwd, (t, hkv), "fwd",
+        q, k_slab, v_slab, out, key_base, n_keys, scale * _LOG2E,
+        HQ=hq, HKV=hkv, D=d, G=group, BLOCK_M=_slots(use.dec_m, group), BLOCK_N=use.block_n,
+        DOT_PREC=_dot_prec(q.dtype), num_warps=use.dec_warps, num_stages=use.dec_stages, enable_fp_fusion=False,
+    )  # fmt: skip
+    return out
 
 
 def _backward(q, k, v, out, lse, dout, scale: float, plan: _Plan, tiles: Tiles, need_q: bool, need_kv: bool):

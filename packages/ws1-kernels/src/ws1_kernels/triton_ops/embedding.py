@@ -70,25 +70,31 @@ def ws1_embedding_wgrad_runs(
         tl.store(MG + idx * H + c, acc, mask=cm)
 
 
+def gather_launch(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``weight[token_ids]`` on inputs the caller validated (the candidate and the step op launch here)."""
+    t, (vocab, h) = token_ids.shape[0], weight.shape
+    y = torch.empty((t, h), dtype=weight.dtype, device=weight.device)
+    block = min(FWD_COLUMNS, triton.next_power_of_2(h))
+    launch(
+        ws1_embedding_gather,
+        (t, triton.cdiv(h, block)),
+        "fwd",
+        token_ids,
+        weight,
+        y,
+        vocab,
+        h,
+        BLOCK=block,
+        num_warps=4,
+        **COMPILE,
+    )
+    return y
+
+
 class _Embedding(torch.autograd.Function):
     @staticmethod
     def forward(ctx, token_ids, weight, lctx):  # type: ignore[override]
-        t, (vocab, h) = token_ids.shape[0], weight.shape
-        y = torch.empty((t, h), dtype=weight.dtype, device=weight.device)
-        block = min(FWD_COLUMNS, triton.next_power_of_2(h))
-        launch(
-            ws1_embedding_gather,
-            (t, triton.cdiv(h, block)),
-            "fwd",
-            token_ids,
-            weight,
-            y,
-            vocab,
-            h,
-            BLOCK=block,
-            num_warps=4,
-            **COMPILE,
-        )
+        y = gather_launch(token_ids, weight)
         ctx.save_for_backward(token_ids)
         ctx.weight, ctx.lctx = weight, lctx
         return y

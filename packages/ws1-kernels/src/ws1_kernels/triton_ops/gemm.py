@@ -49,6 +49,7 @@ __all__ = [
     "det_gemm",
     "gemm_dx",
     "gemm_forward",
+    "gemm_forward_raw",
     "gemm_wgrad",
     "linear",
     "lm_head",
@@ -492,6 +493,12 @@ def _dx(dy: torch.Tensor, w: torch.Tensor, table: TileTable | None, tile: Tile |
     t = tile or (table or dx_table(n, k)).pick(m)
     # C[M, K] = A[M, N] @ B[N, K]: the kernel's reduced length is N, its output width is K
     return _run_gemm(dy, w, m, k, n, k, 1, t, phase)
+
+
+def gemm_forward_raw(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x @ w^T`` with the frozen table's tile, on inputs the caller validated (the step op: its plan checked
+    the shapes once per step). The candidate's forward launches the same kernel with the same tile."""
+    return _forward(x, w, None, None, "fwd")
 
 
 def gemm_forward(

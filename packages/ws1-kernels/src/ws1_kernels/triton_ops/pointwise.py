@@ -215,11 +215,18 @@ class _Silu(torch.autograd.Function):
         return dx
 
 
+def swiglu_launch(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` on inputs the caller validated (the candidate, the benchmark entry and the step op
+    all launch here)."""
+    y = torch.empty_like(gate)
+    _ew(ws1_swiglu_fwd, "fwd", gate, up, y, gate.numel())
+    return y
+
+
 class _SwiGLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up):  # type: ignore[override]
-        y = torch.empty_like(gate)
-        _ew(ws1_swiglu_fwd, "fwd", gate, up, y, gate.numel())
+        y = swiglu_launch(gate, up)
         ctx.save_for_backward(gate, up)
         return y
 
@@ -395,9 +402,7 @@ def swiglu_forward(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     float_dtype(where, g=g, u=u)
     check_device(where, g, u)
     check_contiguous(where, g=g, u=u)
-    y = torch.empty_like(g)
-    _ew(ws1_swiglu_fwd, "fwd", g, u, y, g.numel())
-    return y
+    return swiglu_launch(g, u)
 
 
 def rope_forward(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
@@ -410,7 +415,12 @@ def rope_forward(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torc
     float_dtype(where, x=x)
     check_device(where, x, positions)
     check_contiguous(where, x=x, positions=positions)
-    theta = v.positive(where, "theta", theta)
+    return rope_launch(x, positions, v.positive(where, "theta", theta))
+
+
+def rope_launch(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding on inputs the caller validated: the call's cos/sin table, then the rotation (the same
+    two kernels as the candidate, whose table is cached per context instead)."""
     y = torch.empty_like(x)
     _rope_launch("fwd", x, y, rope_table(positions, theta, x.shape[2]), 1.0)
     return y

@@ -1,0 +1,54 @@
+"""The step path on ``triton_cuda_bf16`` (``integrations.step`` with ``triton_ops.step_ops``): eager,
+``torch.compile(fullgraph=True)`` (inductor) and a CUDA graph give, bit for bit, the rows of one packed
+``forward_call`` (the path the gate judges).
+
+The scenario (``step_support``): chunked prefill, decode, a request leaving and another taking its slot, graph
+buckets with pad rows. On the GPU a decode row sits in another MMA tile than in the packed call; this is where
+that is proved. The negative control shifts every row's key count by one and must change the bits."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu]
+
+pytest.importorskip("triton")
+pytest.importorskip("transformers")
+if not torch.cuda.is_available():
+    if os.environ.get("WS1_REQUIRE_GPU") == "1":
+        raise RuntimeError("WS1_REQUIRE_GPU=1: no CUDA device")
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+from step_support import gpu_model, mismatched, packed_logits, run_steps, sequences  # noqa: E402
+
+from ws1_kernels.integrations.step import StepPlan, step_ops  # noqa: E402
+
+PROFILE = "triton_cuda_bf16"
+
+
+@pytest.fixture(scope="module")
+def model():  # type: ignore[no-untyped-def]
+    return gpu_model(PROFILE)
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled", "graph"])
+def test_steps_give_the_packed_forward_bits(model, mode: str) -> None:  # type: ignore[no-untyped-def]
+    seqs = sequences(model.lm_head.weight.shape[0], "cuda")
+    ref = packed_logits(model, seqs)
+    got = run_steps(model, step_ops(PROFILE), seqs, mode=mode)
+    assert mismatched(got, ref) == []
+
+
+def test_a_plan_one_key_short_changes_the_bits(model) -> None:  # type: ignore[no-untyped-def]
+    seqs = sequences(model.lm_head.weight.shape[0], "cuda")
+    ref = packed_logits(model, seqs)
+
+    def short(plan: StepPlan) -> StepPlan:
+        return dataclasses.replace(plan, n_keys=(plan.n_keys - 1).clamp(min=1))
+
+    bad = mismatched(run_steps(model, step_ops(PROFILE), seqs, tamper=short), ref)
+    assert len(bad) > len(ref) // 2  # every row past position 0 sees one key fewer
