@@ -98,3 +98,26 @@ def test_bad_steps_are_one_line(rids, counts, pad_to, needle) -> None:  # type: 
 def test_a_profile_without_step_ops_is_refused() -> None:
     with pytest.raises(KernelInputError, match="no inference step ops"):
         step_ops("portable_cpu")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"path": "graph"}, "path must be one of"),
+        ({"graph_buckets": (4,)}, "graph_buckets need path='step'"),
+    ],
+)
+def test_bad_engine_paths_are_one_line(model, kwargs, needle) -> None:  # type: ignore[no-untyped-def]
+    from ws1_kernels.integrations import rollout
+
+    with pytest.raises(KernelInputError, match=needle) as exc:
+        rollout.Engine(model, rollout.GumbelSampler(0), chunk_size=2, **kwargs)
+    assert "\n" not in str(exc.value)
+
+
+def test_the_step_path_refuses_a_profile_without_step_ops(rollout_model_and_fixture) -> None:  # type: ignore[no-untyped-def]
+    from ws1_kernels.integrations.step_runner import StepRunner
+
+    portable, _fx = rollout_model_and_fixture
+    with pytest.raises(KernelInputError, match="'portable_cpu' has no inference step ops"):
+        StepRunner(portable, slots=1, max_len=4)

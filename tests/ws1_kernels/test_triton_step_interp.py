@@ -1,5 +1,6 @@
 """The Triton step ops (``triton_ops.step_ops``) under TRITON_INTERPRET=1: the slab attention's arithmetic, the
-custom ops' registration, and the step path's rows against the judged path's, bit for bit.
+custom ops' registration, the step path's rows against the judged path's, bit for bit, and the rollout engine
+on the step path (its records, its op watch, its refusals). In fp32: see the ``model`` fixture.
 
 Every bitwise test here runs with ``seq_dot`` (each ``tl.dot`` as one accumulator walked in ascending k): the
 interpreter's numpy matmul may give a row other bits in another tile slot, which no GPU MMA does, and the step
@@ -130,46 +131,167 @@ def test_opcheck_sees_a_fake_of_the_wrong_shape() -> None:
 
 
 @pytest.fixture(scope="module")
-def bf16_model(tiny_one_layer):  # type: ignore[no-untyped-def]
-    """The drop-in on ``triton_cuda_bf16`` with CPU tensors. The registry refuses a CUDA profile on the CPU
-    (fail-closed); the interpreter runs its kernels on CPU tensors, so the refusal is lifted while the
-    candidates are resolved, and only then."""
+def model(tiny_one_layer):  # type: ignore[no-untyped-def]
+    """The drop-in on ``triton_cuda_bf16``'s kernels with fp32 CPU tensors: the judged path of these tests.
+
+    fp32 because the interpreter's bf16 ``tl.dot`` is not faithful (it returns values off by orders of
+    magnitude, so bf16 logits would be noise and every logprob 0). The candidates that take bf16 only
+    (det_gemm, lm_head, attention, logp) are replaced by their fp32 twins: the same entry points with
+    ``allow_fp32``, so the same validation, tables and kernels. The registry refuses a CUDA profile on the CPU
+    (fail-closed); that refusal is lifted while the candidates are resolved, and only then."""
     from ws1_kernels import registry
+    from ws1_kernels.triton_ops import gemm, logprob
 
     _m, cfg, weights, _fx = tiny_one_layer
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(registry, "_device_reason", lambda cand, device: None)
-        return qwen3.build_model(qwen3.qwen3_config(cfg), weights, "triton_cuda_bf16")
+        m = qwen3.build_model(qwen3.qwen3_config(cfg), weights, "triton_cuda_bf16", dtype=torch.float32)
+    fns = qwen3.runtime_of(m).fns
+    fns["det_gemm"] = lambda x, w, ctx: gemm.linear("fp32 twin", x, w, ctx, allow_fp32=True)
+    fns["lm_head"] = fns["det_gemm"]
+    fns["attention"] = lambda q, k, v, scale, ctx: att._attention(q, k, v, scale, ctx, allow_fp32=True)
+    fns["logp"] = lambda logits, t, ctx: logprob.logp_apply("fp32 twin", logits, t, ctx, allow_fp32=True)
+    return m
 
 
 @pytest.fixture(scope="module")
-def packed_ref(bf16_model):  # type: ignore[no-untyped-def]
+def packed_ref(model):  # type: ignore[no-untyped-def]
     """The judged rows, from one packed ``forward_call`` (computed once for the module, under ``seq_dot``)."""
     from kernels_support import sequential_dot
     from triton.runtime import interpreter as interp
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(interp.InterpreterBuilder, "create_dot", sequential_dot)
-        seqs = sequences(bf16_model.lm_head.weight.shape[0], "cpu")
-        return seqs, packed_logits(bf16_model, seqs)
+        seqs = sequences(model.lm_head.weight.shape[0], "cpu")
+        return seqs, packed_logits(model, seqs)
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
-def test_steps_give_the_packed_forward_bits(bf16_model, packed_ref, seq_dot, mode: str) -> None:  # type: ignore[no-untyped-def]
+def test_steps_give_the_packed_forward_bits(model, packed_ref, seq_dot, mode: str) -> None:  # type: ignore[no-untyped-def]
     """Chunked prefill, decode, a slot handed over: every step row's logits are the packed call's, bit for bit.
     ``compiled``: ``torch.compile(fullgraph=True)`` of the step (aot_eager here: the ops are opaque nodes, and
     a graph break would raise)."""
     seqs, ref = packed_ref
-    got = run_steps(bf16_model, step_ops("triton_cuda_bf16"), seqs, mode=mode, compile_backend="aot_eager")
+    assert len({raw_bits(v).sum().item() for v in ref.values()}) == len(ref)  # every row its own logits
+    got = run_steps(model, step_ops("triton_cuda_bf16"), seqs, mode=mode, compile_backend="aot_eager")
     assert mismatched(got, ref) == []
 
 
-def test_a_step_plan_one_key_short_changes_the_bits(bf16_model, packed_ref, seq_dot) -> None:  # type: ignore[no-untyped-def]
+def test_a_step_plan_one_key_short_changes_the_bits(model, packed_ref, seq_dot) -> None:  # type: ignore[no-untyped-def]
     seqs, ref = packed_ref
 
     def short(plan: StepPlan) -> StepPlan:
         return dataclasses.replace(plan, n_keys=(plan.n_keys - 1).clamp(min=1))
 
-    got = run_steps(bf16_model, step_ops("triton_cuda_bf16"), seqs, tamper=short)
+    got = run_steps(model, step_ops("triton_cuda_bf16"), seqs, tamper=short)
     bad = mismatched(got, ref)
     assert len(bad) > len(ref) // 2  # every row past position 0 sees one key fewer
+
+
+def _engine_logprobs(model, path: str) -> dict[int, tuple[list[int], torch.Tensor]]:  # type: ignore[no-untyped-def]
+    """Three requests with chunked prompts, joining one step apart through two slots: mixed prefill/decode
+    steps, decode steps, a slot handed over."""
+    from ws1_kernels.integrations import rollout
+    from ws1_kernels.integrations.device_sampler import DeviceGumbelSampler
+
+    g = torch.Generator().manual_seed(11)
+    vocab = model.lm_head.weight.shape[0]
+    reqs = [
+        rollout.Request(r, torch.randint(0, vocab, (n,), generator=g), new, r)
+        for r, (n, new) in enumerate(((5, 3), (2, 4), (4, 2)))
+    ]
+    eng = rollout.Engine(model, DeviceGumbelSampler(7), chunk_size=3, max_running=2, path=path)
+    done = eng.run(reqs)
+    if path == "step":
+        assert eng.runner is not None and eng.runner.eager_steps == len(eng.trace)
+    return {rid: (c.tokens, c.logprob_tensor) for rid, c in done.items()}
+
+
+@pytest.fixture(scope="module")
+def call_engine(model):  # type: ignore[no-untyped-def]
+    """The engine's tokens and logprobs on the call path (computed once for the module, under ``seq_dot``)."""
+    from kernels_support import sequential_dot
+    from triton.runtime import interpreter as interp
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(interp.InterpreterBuilder, "create_dot", sequential_dot)
+        return _engine_logprobs(model, "call")
+
+
+def test_the_engine_on_the_step_path_records_the_call_paths_bits(model, call_engine, seq_dot) -> None:  # type: ignore[no-untyped-def]
+    call = call_engine
+    step = _engine_logprobs(model, "step")
+    assert sorted(step) == sorted(call) == [0, 1, 2]
+    lps = torch.cat([call[r][1] for r in call])
+    assert bool(torch.isfinite(lps).all()) and float(lps.abs().min()) > 0  # real logprobs, not saturated
+    for rid in call:
+        assert step[rid][0] == call[rid][0]
+        assert torch.equal(raw_bits(step[rid][1]), raw_bits(call[rid][1]))
+
+
+def test_an_engine_step_one_key_short_changes_the_logprobs(model, call_engine, seq_dot, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from ws1_kernels.integrations import step_runner
+
+    call = call_engine
+    real = step_runner.StepPlan.from_device
+
+    def short(slots, positions, max_len):  # type: ignore[no-untyped-def]
+        plan = real(slots, positions, max_len)
+        return dataclasses.replace(plan, n_keys=(plan.n_keys - 1).clamp(min=1))
+
+    monkeypatch.setattr(step_runner.StepPlan, "from_device", staticmethod(short))
+    step = _engine_logprobs(model, "step")
+    assert any(not torch.equal(raw_bits(step[r][1]), raw_bits(call[r][1])) for r in call)
+
+
+def test_the_step_rollouts_op_watch_is_clean(model, seq_dot) -> None:  # type: ignore[no-untyped-def]
+    """Every op and kernel of a step-path rollout is one the step watch allows (its glue list is complete)."""
+    pytest.importorskip("ws1_harness")
+    from ws1_harness.run.chain_rollout import step_watch
+    from ws1_kernels.integrations import rollout
+    from ws1_kernels.integrations.device_sampler import DeviceGumbelSampler
+
+    w = step_watch(qwen3.runtime_of(model))
+    eng = rollout.Engine(
+        model, DeviceGumbelSampler(1), chunk_size=3, max_running=2, path="step", watch=w.watching
+    )
+    g = torch.Generator().manual_seed(2)
+    eng.run(
+        [rollout.Request(r, torch.randint(0, 5000, (n,), generator=g), 2, r) for r, n in enumerate((4, 2))]
+    )
+    assert w.problems() == []
+    assert "triton:_attn_slab_fwd" in w.kernels and "triton:ws1_gemm_fixed_k" in w.kernels
+
+
+def test_the_step_rollouts_op_watch_sees_a_stock_op(model, seq_dot, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The control: a step whose SwiGLU is stock torch must be named by the watch."""
+    pytest.importorskip("ws1_harness")
+    from ws1_harness.run.chain_rollout import step_watch
+    from ws1_kernels.integrations import rollout, step_runner
+    from ws1_kernels.integrations.device_sampler import DeviceGumbelSampler
+
+    real = step_runner.step_ops("triton_cuda_bf16")
+    stock = dataclasses.replace(real, swiglu=lambda g, u: torch.nn.functional.silu(g) * u)
+    monkeypatch.setattr(step_runner, "step_ops", lambda profile: stock)
+    w = step_watch(qwen3.runtime_of(model))
+    eng = rollout.Engine(
+        model, DeviceGumbelSampler(1), chunk_size=3, max_running=2, path="step", watch=w.watching
+    )
+    eng.run([rollout.Request(0, torch.tensor([1, 2, 3]), 1, 0)])
+    (p,) = w.problems()
+    assert "aten.silu" in p.items
+
+
+def test_the_step_path_refuses_replaced_candidates_and_graphs_off_cuda(model) -> None:  # type: ignore[no-untyped-def]
+    from ws1_kernels import KernelInputError
+    from ws1_kernels.integrations.step_runner import StepRunner
+
+    with pytest.raises(KernelInputError, match="need positive sizes and a CUDA model"):
+        StepRunner(model, slots=1, max_len=4, graph_buckets=(2,))
+    rt = qwen3.runtime_of(model)
+    rt.overrides["swiglu"] = "planted"
+    try:
+        with pytest.raises(KernelInputError, match="only the call path runs replaced candidates"):
+            StepRunner(model, slots=1, max_len=4)
+    finally:
+        del rt.overrides["swiglu"]

@@ -27,6 +27,13 @@ def add_chain_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     c.add_argument("--out", required=True, help="directory for chain-<profile>-<model>-L<layers>.json")
     c.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
     c.add_argument("--device", choices=("cpu", "cuda"), help="default: where the profile's candidates run")
+    c.add_argument(
+        "--rollout-path",
+        choices=("auto", "call", "step"),
+        default="auto",
+        help="the rollout engine's path: call (forward_call), step (the step ops; CUDA graphs on a GPU), "
+        "auto (default: step on a GPU for a profile with step ops, else call)",
+    )
     c.add_argument("--manifest", help="manifest YAML (default: the shipped one)")
     c.add_argument("--contract", help="contract JSON (default: the shipped one)")
     c.add_argument("--force", action="store_true", help="replace an existing result file")

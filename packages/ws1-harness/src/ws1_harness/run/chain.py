@@ -42,7 +42,7 @@ from ws1_harness.run import chain_judge, chain_rollout, chain_train
 from ws1_harness.run.chain_judge import gradient_figures, gradient_within
 from ws1_harness.run.chain_rollout import RolloutRun
 from ws1_harness.run.chain_train import TrainRun, on_host, release_device_memory
-from ws1_harness.run.chain_watch import NodeDump, NodeWatch, first_difference, tapped
+from ws1_harness.run.chain_watch import NodeDump, NodeWatch, StepWatch, first_difference, tapped
 from ws1_harness.run.compare import tolerance_check
 from ws1_harness.run.matrix import run_arch_label
 from ws1_harness.verdict.chain_record import (
@@ -99,6 +99,33 @@ class ChainSettings:
     contract: str | None = None
     #: progress lines on stderr (phase, tier, layout, elapsed seconds), so a long full-width run is never silent
     progress: bool = True
+    #: the rollout engine's path: "call" (forward_call), "step" (the step path, CUDA graphs on a GPU) or
+    #: "auto" (step where the profile has step ops and runs on CUDA, else call)
+    rollout_path: str = "auto"
+
+
+def resolve_path(asked: str, profile: str, device_type: str, *, stock: bool) -> str:
+    """The rollout path of a run: ``call`` or ``step``. ``auto`` takes the step path where a server would: on a
+    GPU, for a profile with step ops (``ChainError`` for a ``step`` that cannot run)."""
+    from ws1_kernels.errors import KernelInputError
+    from ws1_kernels.integrations.step import step_ops
+
+    if asked not in chain_rollout.ROLLOUT_PATHS:
+        raise ChainError(
+            f"ws1 chain: --rollout-path must be one of {chain_rollout.ROLLOUT_PATHS}, got {asked!r}"
+        )
+    if asked == "call":
+        return "call"
+    try:
+        step_ops(profile)
+        why = None if not stock else "a stock profile runs the call path only"
+    except KernelInputError as exc:
+        why = str(exc)
+    if asked == "auto":
+        return "step" if why is None and device_type == "cuda" else "call"
+    if why is not None:
+        raise ChainError(f"ws1 chain: --rollout-path step: {why}")
+    return "step"
 
 
 class Progress:
@@ -170,6 +197,9 @@ class Chain:
         self.training = tuple(s for s in self.manifest.layouts if s.kind == "training")
         if not self.training or self.training[0].type != "packed":
             raise ChainError("ws1 chain: the manifest's first training layout must be the packed one")
+        self.rollout_path = resolve_path(
+            settings.rollout_path, settings.profile, torch.device(self.device).type, stock=self.stock
+        )
         chunked = [s for s in self.manifest.layouts if s.type == "chunked"]
         self.chunk_size = int(chunked[0].params["chunk_size"]) if chunked else 8
         self.progress = Progress(settings.progress)
@@ -207,6 +237,7 @@ class Chain:
             "tiers": list(self.tiers),
             "training_layouts": [s.name for s in self.training],
             "chunk_size": self.chunk_size,
+            "rollout_path": self.rollout_path,
             "sampler": "gumbel-max, noise keyed by (seed, request id, position)",
             "upstream_gradient": f"logical_tensor(case_id, {UPSTREAM_NAME!r}) on scored tokens",
         }
@@ -245,8 +276,10 @@ class Chain:
         *,
         sampler: rollout.Sampler | None = None,
         watch: Callable[[], Any] | None = None,
+        path: str | None = None,
     ) -> RolloutRun:
-        """The rollout step (chain_rollout) with this run's seed, chunk size and progress."""
+        """The rollout step (chain_rollout) with this run's seed, chunk size, progress and (unless ``path``
+        says otherwise) rollout path."""
         return chain_rollout.run_rollout(
             model,
             fx,
@@ -255,6 +288,7 @@ class Chain:
             tick=self.progress.tick,
             sampler=sampler,
             watch=watch,
+            path=path or self.rollout_path,
         )
 
     def upstream(self, fx: Fixture, case: str | None = None) -> torch.Tensor:
@@ -294,9 +328,14 @@ class Chain:
         model = model or self.model()
         rt = qwen3.runtime_of(model)
         watch = NodeWatch(rt)
-        say(f"{tier}: rollout of {fx0.num_samples} requests (op watch on)")
-        with tapped(rt, watch):
-            ro = self.run_rollout(model, fx0, sampler=sampler, watch=watch.watching)
+        step_watch: StepWatch | None = None
+        say(f"{tier}: rollout of {fx0.num_samples} requests on the {self.rollout_path} path (op watch on)")
+        if self.rollout_path == "step":  # no candidate call to attribute ops to: the step's own watch
+            step_watch = chain_rollout.step_watch(rt)
+            ro = self.run_rollout(model, fx0, sampler=sampler, watch=step_watch.watching)
+        else:
+            with tapped(rt, watch):
+                ro = self.run_rollout(model, fx0, sampler=sampler, watch=watch.watching)
         say(f"{tier}: rollout done, {len(ro.trace)} steps")
         fx = ro.fixture
         upstream = self.upstream(fx)
@@ -381,13 +420,15 @@ class Chain:
             )
         )
 
-        problems = watch.problems()
+        problems = watch.problems() + (step_watch.problems() if step_watch is not None else [])
         judgments.append(
             ChainJudgment(
                 "op_watch",
                 not problems,
                 judged=not self.stock,
                 detail={
+                    "rollout_path": self.rollout_path,
+                    "step_kernels_seen": sorted(step_watch.kernels) if step_watch is not None else None,
                     "nodes_watched": len(watch.sites),
                     "problems": [p.to_json() for p in problems],
                     "overrides": dict(rt.overrides),
@@ -445,12 +486,17 @@ class Chain:
         out: dict[str, Any] = {"judgment": failed}
         if failed == "parity":
             left = NodeDump()
-            with tapped(rt, left):
-                again = self.run_rollout(model, fx0, sampler=sampler)
+            with tapped(rt, left):  # the node dump needs candidate calls: the call path
+                again = self.run_rollout(model, fx0, sampler=sampler, path="call")
             right, _ = dump_train(model, packed_spec)
             out.update(left="rollout", right=f"trainer:{packed_spec.name}")
             if not torch.equal(again.fixture.token_ids, fx.token_ids):
-                out["note"] = "the rollout is not deterministic: a rerun sampled other tokens"
+                out["note"] = (
+                    "the rollout is not deterministic: a rerun sampled other tokens"
+                    if self.rollout_path == "call"
+                    else "the rollout ran on the step path and was localised on the call path, which sampled "
+                    "other tokens: the step path gives other bits than the call path"
+                )
             diff = first_difference(left, right)
         elif failed == "gradient_invariance":
             spec = next(s for s in self.training if s.name == inv_failed[0])
@@ -577,6 +623,7 @@ def run_cli(args: Any, argv: Sequence[str]) -> int:
         device=args.device,
         manifest=args.manifest,
         contract=args.contract,
+        rollout_path=args.rollout_path,
     )
     chain = Chain(settings)  # validates model, layers, tiers and profile before any work
     path = output_path(out, chain.profile_label, settings.model, chain.cfg.num_layers)

@@ -25,6 +25,36 @@ class RolloutRun:
     fixture: Fixture
     logprobs: torch.Tensor  # logical fp32: at (s, p) the logprob the engine recorded for token p + 1
     trace: list[rollout.StepRecord] = field(default_factory=list)
+    path: str = "call"
+    graph_buckets: tuple[int, ...] = ()
+    graph_replays: int = 0  # steps replayed from a CUDA graph (step path)
+    eager_steps: int = 0  # steps run eagerly on the step path
+
+
+ROLLOUT_PATHS = ("auto", "call", "step")
+
+
+def graph_buckets(fx: Fixture, device_type: str) -> tuple[int, ...]:
+    """Powers of two up to the rollout's running requests (a decode step holds at most that many rows); none
+    off CUDA, where no graph is captured."""
+    if device_type != "cuda":
+        return ()
+    top, b, out = max_running(fx), 1, []
+    while True:
+        out.append(b)
+        if b >= top:
+            return tuple(out)
+        b *= 2
+
+
+def step_watch(rt: Any) -> Any:
+    """The op watch of a rollout on the step path: the profile's step ops and glue, its declared kernels."""
+    from ws1_harness.run.chain_watch import StepWatch
+    from ws1_kernels.integrations.step import step_ops
+
+    ops = step_ops(rt.profile)
+    declared = frozenset().union(*(c.all_kernel_ids for c in rt.candidates.values()))
+    return StepWatch(ops.namespace, declared | ops.kernels)
 
 
 def requests(fx: Fixture) -> list[rollout.Request]:
@@ -51,14 +81,19 @@ def run_rollout(
     tick: Callable[[Callable[[], str]], None],
     sampler: rollout.Sampler | None = None,
     watch: Callable[[], Any] | None = None,
+    path: str = "call",
 ) -> RolloutRun:
     """Roll the fixture's prompts out; the produced fixture holds the sampled completions."""
+    device_type = next(model.parameters()).device.type
+    buckets = graph_buckets(fx, device_type) if path == "step" else ()
     engine = rollout.Engine(
         model,
         sampler or DeviceGumbelSampler(seed),  # on the logits' device, all rows at once, as a server samples
         chunk_size=chunk_size,
         max_running=max_running(fx),
         watch=watch,
+        path=path,
+        graph_buckets=buckets,
     )
     tier = fx.tier
     engine.on_step = lambda step, running, done: tick(
@@ -74,7 +109,16 @@ def run_rollout(
         off = fx.offsets[s.sample_id]
         lps[off + s.prompt_len - 1 : off + s.length - 1] = comp.logprob_tensor
     produced = dataclasses.replace(fx, samples=tuple(samples))
-    return RolloutRun(produced, lps, list(engine.trace))
+    runner = engine.runner
+    return RolloutRun(
+        produced,
+        lps,
+        list(engine.trace),
+        path,
+        buckets,
+        runner.replays if runner is not None else 0,
+        runner.eager_steps if runner is not None else 0,
+    )
 
 
 def rollout_summary(ro: RolloutRun, chunk_size: int, max_running: int) -> dict[str, Any]:
@@ -82,6 +126,10 @@ def rollout_summary(ro: RolloutRun, chunk_size: int, max_running: int) -> dict[s
     joined_late = sorted({rid for st in ro.trace for rid in st.joined if st.step > 0})
     return {
         "steps": len(ro.trace),
+        "path": ro.path,
+        "graph_buckets": list(ro.graph_buckets),
+        "graph_replays": ro.graph_replays,
+        "eager_steps": ro.eager_steps,
         "chunk_size": chunk_size,
         "max_running": max_running,
         "requests_joined_after_step_0": joined_late,

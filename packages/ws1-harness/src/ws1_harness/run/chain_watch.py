@@ -126,6 +126,47 @@ class NodeWatch(Tap):
         return out
 
 
+@dataclass
+class StepWatch:
+    """The op watch of a rollout on the step path (``integrations.step_runner``).
+
+    No candidate is called there, so nothing can be attributed to a node: every dispatched op must be one of
+    the profile's raw step ops (``torch.ops.<namespace>.*``) or the step's glue (``step.STEP_GLUE_OPS``), and
+    every kernel id recorded at a launch site must be one the profile's candidates declare or a step kernel
+    of the profile (``step_kernels``). A stock module left on the step path dispatches something else."""
+
+    namespace: str
+    allowed_kernels: frozenset[str]
+    recorder: _RegionRecorder = field(default_factory=_RegionRecorder)
+    kernels: set[str] = field(default_factory=set)
+
+    @contextmanager
+    def watching(self) -> Iterator[StepWatch]:
+        with self.recorder, launches.observe() as log:
+            yield self
+        self.kernels.update(log.kernels)
+
+    def problems(self) -> list[WatchProblem]:
+        from ws1_kernels.integrations.step import STEP_GLUE_OPS
+
+        ops = set().union(*self.recorder.ops.values()) if self.recorder.ops else set()
+        mine = f"{self.namespace}."
+        extra = sorted(
+            op
+            for op in ops
+            if not op.startswith(mine) and op not in STEP_GLUE_OPS and op not in BOOKKEEPING_OPS
+        )
+        out = []
+        if extra:
+            out.append(
+                WatchProblem("<step>", "ops outside the profile's step ops and the step's glue", tuple(extra))
+            )
+        foreign = sorted(k for k in self.kernels if k not in self.allowed_kernels)
+        if foreign:
+            out.append(WatchProblem("<step>", "kernel ids the profile does not declare", tuple(foreign)))
+        return out
+
+
 @contextmanager
 def tapped(runtime: Runtime, tap: Tap) -> Iterator[Tap]:
     """Install ``tap`` on a swapped model's runtime for the block, then restore the previous one."""

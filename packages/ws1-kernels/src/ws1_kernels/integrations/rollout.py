@@ -15,6 +15,10 @@
   logits' device, all rows at once (a counter-based hash of the key, no host loop).
 - The selected-token logprob of every sampled token comes from the profile's ``logp`` candidate on the same
   logits, fp32 (what an RL trainer compares its own logprobs with).
+- **Two paths** (``path``): ``"call"`` runs every step through ``forward_call`` and the candidates (any profile);
+  ``"step"`` runs it through the profile's raw step ops on a slab (``step_runner.StepRunner``), replaying a CUDA
+  graph per bucket of ``graph_buckets`` rows for the steps whose rows all sample. Same kernels, same bits: the
+  chain's parity judges whichever path ran.
 
 The request id is the ``sample_id`` of its rows. Only rows that sample a token go through the lm_head.
 """
@@ -34,6 +38,9 @@ from ..context import LayoutContext
 from ..errors import KernelInputError
 from .kv_slots import SlotKVCache
 from .qwen3 import KVCache, forward_call, logprobs, runtime_of
+from .step_runner import StepRunner
+
+PATHS = ("call", "step")
 
 
 @dataclass(frozen=True)
@@ -140,9 +147,16 @@ class Engine:
         max_running: int | None = None,
         max_step_tokens: int | None = None,
         watch: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+        path: str = "call",
+        graph_buckets: Sequence[int] = (),
     ) -> None:
-        """``watch`` (the harness's op watch) is entered around every model call, never around the sampler."""
+        """``watch`` (the harness's op watch) is entered around every model call, never around the sampler.
+        ``path``: ``"call"`` or ``"step"`` (module doc); ``graph_buckets`` only with ``"step"`` on CUDA."""
         runtime_of(model)
+        if path not in PATHS:
+            raise KernelInputError(f"rollout.Engine: path must be one of {PATHS}, got {path!r}")
+        if graph_buckets and path != "step":
+            raise KernelInputError("rollout.Engine: graph_buckets need path='step'")
         if chunk_size < 1 or (max_running is not None and max_running < 1):
             raise KernelInputError("rollout.Engine: chunk_size and max_running must be >= 1")
         if max_step_tokens is not None and max_step_tokens < 1:
@@ -153,8 +167,11 @@ class Engine:
         self.max_running = max_running
         self.max_step_tokens = max_step_tokens
         self.watch = watch or contextlib.nullcontext
+        self.path = path
+        self.graph_buckets = tuple(graph_buckets)
         self.trace: list[StepRecord] = []
         self.cache: SlotKVCache | KVCache | None = None
+        self.runner: StepRunner | None = None  # the last run's step path (path "step")
         #: called after every step with (step, running requests, finished requests): a caller's progress line
         self.on_step: Callable[[int, int, int], None] | None = None
 
@@ -172,12 +189,17 @@ class Engine:
             if r.max_new_tokens < 1 or r.arrival_step < 0:
                 raise KernelInputError(f"{where}: max_new_tokens must be >= 1 and arrival_step >= 0")
 
-    def make_cache(self, requests: Sequence[Request]) -> SlotKVCache | KVCache:
-        """The cache of one ``run``: a slot per request that can run at once, each as long as the longest request
-        (its prompt and every generated token but the last, which is never fed back)."""
+    def _sizes(self, requests: Sequence[Request]) -> tuple[int, int]:
+        """(slots, max_len) of one ``run``'s cache: a slot per request that can run at once, each as long as the
+        longest request (its prompt and every generated token but the last, which is never fed back)."""
         slots = min(len(requests), self.max_running or len(requests))
         longest = max(r.prompt.numel() + r.max_new_tokens - 1 for r in requests)
-        return SlotKVCache(len(self.model.model.layers), max(1, slots), max(1, longest))
+        return max(1, slots), max(1, longest)
+
+    def make_cache(self, requests: Sequence[Request]) -> SlotKVCache | KVCache:
+        """The call path's cache of one ``run`` (``_sizes``)."""
+        slots, longest = self._sizes(requests)
+        return SlotKVCache(len(self.model.model.layers), slots, longest)
 
     def run(self, requests: Sequence[Request]) -> dict[int, Completion]:
         """Serve every request to completion; returns the completions by request id."""
@@ -186,8 +208,14 @@ class Engine:
         device = self.model.lm_head.weight.device
         if not requests:
             return {}
-        cache = self.make_cache(requests)
-        self.cache = cache  # the last run's cache (its slots and slabs), for a caller or a test to inspect
+        runner: StepRunner | None = None
+        cache: SlotKVCache | KVCache | None = None
+        if self.path == "step":
+            slots, longest = self._sizes(requests)
+            runner = StepRunner(self.model, slots=slots, max_len=longest, graph_buckets=self.graph_buckets)
+        else:
+            cache = self.make_cache(requests)
+        self.cache, self.runner = cache, runner  # the last run's (slots and slabs), for a caller or a test
         waiting = sorted(requests, key=lambda r: (r.arrival_step, r.request_id))
         running: list[_Running] = []
         finished: dict[int, Completion] = {}
@@ -204,15 +232,20 @@ class Engine:
                     req = waiting.pop(0)
                     running.append(_Running(req, tokens=[int(t) for t in req.prompt.tolist()]))
                     joined.append(req.request_id)
+                    if runner is not None:
+                        runner.join(req.request_id)
                 if not running:
                     step += 1
                     continue
-                left = self._step(running, cache, device, step, joined)
+                left = self._step(running, cache, runner, device, step, joined)
                 for rid in left:
                     run = next(r for r in running if r.req.request_id == rid)
                     assert run.done is not None
                     finished[rid] = run.done
-                    cache.drop(rid)
+                    if runner is not None:
+                        runner.leave(rid)
+                    elif cache is not None:
+                        cache.drop(rid)
                 running = [r for r in running if r.req.request_id not in left]
                 if self.on_step is not None:
                     self.on_step(step, len(running), len(finished))
@@ -222,7 +255,8 @@ class Engine:
     def _step(
         self,
         running: list[_Running],
-        cache: SlotKVCache | KVCache,
+        cache: SlotKVCache | KVCache | None,
+        runner: StepRunner | None,
         device: torch.device,
         step: int,
         joined: list[int],
@@ -233,6 +267,7 @@ class Engine:
         head: list[int] = []
         heads_of: list[_Running] = []
         rows: list[tuple[int, int, int]] = []
+        counts: list[int] = []
         budget = self.max_step_tokens
         for run in running:
             prompt_len = run.req.prompt.numel()
@@ -248,22 +283,33 @@ class Engine:
             sids += [run.req.request_id] * n
             pos += list(range(first, first + n))
             rows.append((run.req.request_id, first, n))
+            counts.append(n)
             run.fed += n
             if run.fed >= prompt_len:  # the call's last row of this request samples the next token
                 head.append(len(ids) - 1)
                 heads_of.append(run)
-        ctx = LayoutContext(torch.tensor(sids, dtype=torch.int64), torch.tensor(pos, dtype=torch.int64))
         token_ids = torch.tensor(ids, dtype=torch.int64, device=device)
         left: list[int] = []
-        head_rows = torch.tensor(head, dtype=torch.int64)
+        hctx: LayoutContext | None = None
         with self.watch():
-            logits, hctx = forward_call(self.model, token_ids, ctx, cache=cache, head_rows=head_rows)
+            if runner is not None:
+                logits = runner.logits(token_ids, [r[0] for r in rows], counts, head)
+            else:
+                ctx = LayoutContext(
+                    torch.tensor(sids, dtype=torch.int64), torch.tensor(pos, dtype=torch.int64)
+                )
+                head_rows = torch.tensor(head, dtype=torch.int64)
+                logits, hctx = forward_call(self.model, token_ids, ctx, cache=cache, head_rows=head_rows)
         if head:
             new_pos = [pos[r] + 1 for r in head]
             tokens = self.sampler.sample(logits, [sids[r] for r in head], new_pos)
             chosen = tokens.tolist()  # one copy to the host, whatever device the sampler ran on
             with self.watch():
-                lp = logprobs(self.model, logits, tokens, hctx)
+                if runner is not None:
+                    lp = runner.logp(logits, tokens.to(logits.device))
+                else:
+                    assert hctx is not None
+                    lp = logprobs(self.model, logits, tokens, hctx)
             lp = lp.detach().to("cpu")
             for i, run in enumerate(heads_of):
                 run.tokens.append(int(chosen[i]))

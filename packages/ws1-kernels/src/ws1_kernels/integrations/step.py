@@ -21,6 +21,8 @@ use the scratch slot ``slots`` at position 0: row-local kernels keep them from t
 
 from __future__ import annotations
 
+import types
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,26 @@ from torch import nn
 from ..errors import KernelInputError
 from ..step_ops import StepOps
 from .qwen3 import runtime_of
+
+#: Ops the step path dispatches besides its profile's raw ops (``StepOps.namespace``), and why. The op watch of
+#: a rollout on the step path allows these alone: a stock module on the path would dispatch something else.
+#: ``aten.add`` and ``aten.mul`` also build the plan's integer tables (``StepPlan.from_device``).
+STEP_GLUE_OPS: Mapping[str, str] = types.MappingProxyType(
+    {
+        "aten.add": "the residual add; the plan's slab rows and key counts",
+        "aten.mul": "the plan's slab base of each row (slot * max_len)",
+        "aten._to_copy": "the step's host tables to the device; the plan's int32 columns",
+        "aten.lift_fresh": "the step's host tables (torch.tensor)",
+        "aten.view": "q, k, v and the attention output between [T, H*D] and [T, H, D]",
+        "aten.index_copy_": "a row's key and value written into its layer's slab",
+        "aten.index_select": "the rows that sample go through the lm_head",
+        "aten.new_zeros": "the empty logits of a step in which no row samples",
+        "aten.zeros": "a graph's static inputs and a bucket's token ids",
+        "aten.full": "a graph's static slot column (the scratch slot)",
+        "aten.copy_": "the step's ids, slots and positions copied into a graph's static inputs",
+        "aten.slice": "a bucket's real rows",
+    }
+)
 
 
 def step_ops(profile: str) -> StepOps:
@@ -197,9 +219,12 @@ class StepWeights:
 
 def step_forward(
     ops: StepOps, w: StepWeights, token_ids: torch.Tensor, plan: StepPlan, k_slabs: list[torch.Tensor],
-    v_slabs: list[torch.Tensor],
+    v_slabs: list[torch.Tensor], head_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """Logits ``[T, V]`` of one step; each layer's keys and values are written into its slabs first."""
+    """Logits ``[T, V]`` of one step; each layer's keys and values are written into its slabs first.
+
+    ``head_rows`` (device int64, ascending): only those rows go through the lm_head (a prefill chunk samples
+    from its last row alone), as ``forward_call``'s ``head_rows`` does."""
     t = token_ids.shape[0]
     scale = w.head_dim**-0.5
     x = ops.embedding(token_ids, w.embed)
@@ -216,7 +241,12 @@ def step_forward(
         x = x + ops.linear(a.reshape(t, w.heads * w.head_dim), lw["o"])
         h = ops.norm(x, lw["ln2"], w.eps)
         x = x + ops.linear(ops.swiglu(ops.linear(h, lw["gate"]), ops.linear(h, lw["up"])), lw["down"])
-    return ops.linear(ops.norm(x, w.norm, w.eps), w.lm_head)
+    h = ops.norm(x, w.norm, w.eps)
+    if head_rows is not None:
+        if head_rows.shape[0] == 0:  # a step of prefill chunks alone: nothing samples
+            return h.new_zeros((0, w.lm_head.shape[0]))
+        h = h.index_select(0, head_rows)
+    return ops.linear(h, w.lm_head)
 
 
 class GraphStep:

@@ -1,0 +1,96 @@
+"""The rollout path of `ws1 chain` (call or step), its graph buckets, and the step path's op watch.
+
+The step path calls no candidate, so its watch (``chain_watch.StepWatch``) judges the ops and kernel ids of the
+whole rollout: each property below has a control that must turn it red."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from ws1_harness.run import chain_rollout  # noqa: E402
+from ws1_harness.run.chain import ChainError, resolve_path  # noqa: E402
+from ws1_harness.run.chain_watch import StepWatch  # noqa: E402
+from ws1_kernels import launches  # noqa: E402
+
+
+@torch.library.custom_op("ws1_watchtest::double", mutates_args=())
+def _double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_double.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _watch() -> StepWatch:
+    return StepWatch("ws1_watchtest", frozenset({"triton:allowed"}))
+
+
+def test_the_step_watch_passes_the_profiles_ops_glue_and_kernels() -> None:
+    w = _watch()
+    x = torch.ones(3)
+    with w.watching():
+        y = torch.ops.ws1_watchtest.double(x)
+        y = y + 1  # glue: aten.add
+        launches.record("triton:allowed", "fwd")
+    assert w.problems() == []
+    assert w.kernels == {"triton:allowed"}
+
+
+def test_the_step_watch_names_a_stock_op_on_the_path() -> None:
+    w = _watch()
+    x = torch.ones(2, 2)
+    with w.watching():
+        torch.ops.ws1_watchtest.double(x) @ x  # a stock GEMM: aten.mm
+    (p,) = w.problems()
+    assert "aten.mm" in p.items and "step ops" in p.what
+
+
+def test_the_step_watch_names_a_kernel_the_profile_does_not_declare() -> None:
+    w = _watch()
+    with w.watching():
+        launches.record("triton:foreign", "fwd")
+    (p,) = w.problems()
+    assert p.items == ("triton:foreign",)
+
+
+@pytest.mark.parametrize(
+    ("asked", "profile", "device", "stock", "want"),
+    [
+        ("call", "triton_cuda_bf16", "cuda", False, "call"),
+        ("auto", "triton_cuda_bf16", "cuda", False, "step"),
+        ("auto", "cuda_bf16", "cuda", False, "step"),
+        ("auto", "triton_cuda_bf16", "cpu", False, "call"),  # the interpreter: no graphs, the call path
+        ("auto", "portable_cpu", "cpu", False, "call"),
+        ("auto", "native_torch", "cuda", True, "call"),
+        ("step", "triton_cuda_bf16", "cpu", False, "step"),
+    ],
+)
+def test_the_rollout_path_is_resolved(asked, profile, device, stock, want) -> None:  # type: ignore[no-untyped-def]
+    assert resolve_path(asked, profile, device, stock=stock) == want
+
+
+@pytest.mark.parametrize(
+    ("asked", "profile", "stock", "needle"),
+    [
+        ("step", "portable_cpu", False, "no inference step ops"),
+        ("step", "triton_cuda_bf16", True, "stock profile"),
+        ("graph", "triton_cuda_bf16", False, "must be one of"),
+    ],
+)
+def test_a_step_path_that_cannot_run_is_one_line(asked, profile, stock, needle) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ChainError, match=needle) as exc:
+        resolve_path(asked, profile, "cuda", stock=stock)
+    assert "\n" not in str(exc.value)
+
+
+def test_graph_buckets_cover_the_running_requests_on_cuda_only() -> None:
+    class Fx:
+        num_samples = 6  # max_running 5
+
+    assert chain_rollout.graph_buckets(Fx(), "cuda") == (1, 2, 4, 8)  # type: ignore[arg-type]
+    assert chain_rollout.graph_buckets(Fx(), "cpu") == ()  # type: ignore[arg-type]
