@@ -73,3 +73,20 @@ def test_the_report_says_where_the_arches_disagree(merged: Path) -> None:
     victim["status"] = "red"
     _, cells = arch_disagreements(flipped)
     assert len(cells) == 1 and cells[0]["statuses"] == {"sm86-proxy": "red", "sm90": "green"}
+
+
+def test_an_arch_less_shard_is_the_cpu_panel_in_the_disagreements_as_in_the_heatmap() -> None:
+    from ws1_harness.verdict.report import CPU_PANEL, arch_disagreements, panel_of
+
+    cell = {"operator": "det_gemm", "tier": "short", "judgment": "forward_accuracy"}
+    doc = {
+        "axes": {"profiles": ["native_torch", "native_torch@sm90"]},
+        "cells": [
+            {**cell, "profile": "native_torch", "status": "green"},
+            {**cell, "profile": "native_torch@sm90", "status": "red"},
+        ],
+    }
+    multi, cells = arch_disagreements(doc)
+    assert multi == {"native_torch": sorted([CPU_PANEL, "sm90"])}
+    assert cells[0]["statuses"] == {CPU_PANEL: "green", "sm90": "red"}
+    assert panel_of("native_torch") == ("native_torch", CPU_PANEL)  # the heatmap's own name for that panel

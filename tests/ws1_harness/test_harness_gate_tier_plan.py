@@ -96,3 +96,15 @@ def test_the_report_refuses_a_malformed_plan(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not profile@arch" in err
     assert not list(tmp_path.iterdir()), "a refused report wrote files"
+
+
+def test_the_report_refuses_a_plan_on_a_tier_the_manifest_lacks(
+    merged: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Exit 2 and one line, as `ws1 gate` refuses it, never a report whose verdict is BAD INPUT (the control:
+    the same plan on real tiers writes one, in the test above)."""
+    bad = ["--expect", "portable_cpu:short+longer", *GPU]
+    assert main(["report", str(merged), "--out", str(tmp_path), *bad]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "tier 'longer' is not in the manifest" in err
+    assert not list(tmp_path.iterdir()), "a refused report wrote files"

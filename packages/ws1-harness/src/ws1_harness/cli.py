@@ -257,7 +257,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from ws1_harness.run.bench import is_bench_file, write_bench_report
-    from ws1_harness.verdict.gate import parse_expect
+    from ws1_harness.verdict.gate import GateReferenceError, load_reference, parse_expect, unknown_plan_tier
     from ws1_harness.verdict.report import arch_heatmap_path, write_report
 
     if args.out is not None:  # its shape now; write_report checks the checkout before it creates the folder
@@ -268,7 +268,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
         )
         return 0
     expects = tuple(args.expect or ())
-    _plans, problem = parse_expect(expects)
+    plans, problem = parse_expect(expects)
+    if problem is None and plans:
+        try:
+            problem = unknown_plan_tier(plans, load_reference(None, None).manifest.tiers)
+        except GateReferenceError as exc:
+            problem = str(exc)
     if problem is not None:
         raise UsageError(f"ws1 report: {problem}")
     md, png = write_report(

@@ -350,14 +350,9 @@ def gate(
         ref = reference if reference is not None else load_reference(contract, manifest)
     except GateReferenceError as exc:
         return _bad_input("bad_reference", str(exc))
-    for profile, tiers in plans.items():
-        unknown = [t for t in tiers if t not in ref.manifest.tiers]
-        if unknown:
-            return _bad_input(
-                "bad_input",
-                f"--expect {profile}:{'+'.join(tiers)}: tier {unknown[0]!r} is not in the manifest "
-                f"({', '.join(ref.manifest.tiers)})",
-            )
+    problem = unknown_plan_tier(plans, ref.manifest.tiers)
+    if problem is not None:
+        return _bad_input("bad_input", problem)
     loaded = _load(evidence, expected_cells, source)
     if isinstance(loaded, GateResult):
         return loaded
@@ -440,6 +435,19 @@ def parse_expect(values: Sequence[str]) -> tuple[dict[str, tuple[str, ...]], str
         if m.group(2):
             plans[m.group(1)] = tuple(m.group(2).split("+"))
     return plans, None
+
+
+def unknown_plan_tier(plans: Mapping[str, Sequence[str]], tiers: Sequence[str]) -> str | None:
+    """Why a plan names a tier the manifest lacks (one line), or None. `gate` and `ws1 report` both ask, so a
+    plan the gate refuses as bad input never becomes a report."""
+    for profile, planned in plans.items():
+        unknown = [t for t in planned if t not in tiers]
+        if unknown:
+            return (
+                f"--expect {profile}:{'+'.join(planned)}: tier {unknown[0]!r} is not in the manifest "
+                f"({', '.join(tiers)})"
+            )
+    return None
 
 
 #: `--expect profile[@arch][:tier+tier]`

@@ -394,15 +394,15 @@ def arch_disagreements(doc: Mapping[str, Any]) -> tuple[dict[str, list[str]], li
     different statuses: ({profile: [its arches]} for profiles seen on two or more, [one entry per such cell])."""
     arches: dict[str, list[str]] = {}
     for label in doc["axes"]["profiles"]:
-        base, arch = split_arch(label)
-        arches.setdefault(base, []).append(arch or "host")
+        base, panel = panel_of(label)  # an arch-less shard is the `cpu` panel here as in the heatmap
+        arches.setdefault(base, []).append(panel)
     multi = {base: sorted(a) for base, a in arches.items() if len(a) > 1}
     by_cell: dict[tuple[str, str, str, str], dict[str, str]] = {}
     for cell in doc["cells"]:
-        base, arch = split_arch(cell["profile"])
+        base, panel = panel_of(cell["profile"])
         if base in multi:
             key = (base, cell["operator"], cell["tier"], cell["judgment"])
-            by_cell.setdefault(key, {})[arch or "host"] = cell["status"]
+            by_cell.setdefault(key, {})[panel] = cell["status"]
     out = [
         {
             "profile": k[0],
