@@ -295,3 +295,33 @@ def test_the_step_path_refuses_replaced_candidates_and_graphs_off_cuda(model) ->
             StepRunner(model, slots=1, max_len=4)
     finally:
         del rt.overrides["swiglu"]
+
+
+def _bench_pair(model, tiny_one_layer, kv_shift: int = 0):  # type: ignore[no-untyped-def]
+    """`ws1 bench --op decode_step`'s two sides (without graphs) on the same weights, ids and cached keys."""
+    pytest.importorskip("ws1_harness")
+    from ws1_harness.run.bench import decode_graph as dg
+
+    _m, cfg, weights, _fx = tiny_one_layer
+    stock = dg.stock_model(qwen3.qwen3_config(cfg), {k: v.float() for k, v in weights.items()}, "cpu")
+    b, c, hkv, d = 2, 9, int(cfg.num_kv_heads), int(cfg.head_dim)
+    g = torch.Generator().manual_seed(4)
+    kv = [(torch.randn(b, c, hkv, d, generator=g), torch.randn(b, c, hkv, d, generator=g))]
+    ids = torch.randint(0, int(cfg.vocab), (b,), generator=g)
+    targets = torch.randint(0, int(cfg.vocab), (b,), generator=g)
+    mine = dg.ws1_side(model, b, c, targets, graphs=False, ids=ids, kv=lambda i: kv[i]).call()
+    shifted = [(k.roll(kv_shift, 0), v.roll(kv_shift, 0)) for k, v in kv]  # another request's keys
+    theirs = dg.stock_side(stock, b, c, targets, graphs=False, ids=ids, kv=lambda i: shifted[i]).call()
+    return mine, theirs
+
+
+def test_the_bench_decode_sides_compute_one_function(model, tiny_one_layer, seq_dot) -> None:  # type: ignore[no-untyped-def]
+    """The ws1 step path and the stock static-cache decode give one logprob on one cache (fp32, 1e-4): the two
+    sides of the decode rows time the same work."""
+    mine, theirs = _bench_pair(model, tiny_one_layer)
+    assert float((mine - theirs).abs().max()) < 1e-4
+
+
+def test_bench_decode_sides_on_different_caches_differ(model, tiny_one_layer, seq_dot) -> None:  # type: ignore[no-untyped-def]
+    mine, theirs = _bench_pair(model, tiny_one_layer, kv_shift=1)
+    assert float((mine - theirs).abs().max()) > 1e-3

@@ -1,0 +1,241 @@
+"""`ws1 bench --op decode_step` on a GPU: ws1's graph decode against the stock model's graph decode.
+
+Why this pair: a user who decodes at speed runs a CUDA graph of one step over a KV cache allocated once. On the
+ws1 side that is the step path (`integrations.step`: the profile's step ops on a `SlabCache`, `GraphStep`, the
+rollout engine's own decode); on the stock side it is transformers' `Qwen3ForCausalLM` with SDPA (torch's
+default backend selection) and a `StaticCache`, one decode step captured in a CUDA graph by hand. Comparing the
+ws1 graph with the stock model run eagerly, or with the drop-in on stock ops, would compare against a weakened
+stock.
+
+Both sides decode the same position of every request each call (`cache` earlier tokens, random bf16 keys and
+values, the same weights), the step's logits then the selected token's fp32 logprob (`ops.logp` on the ws1
+side, `log_softmax` and a gather on the stock side), inside the graph. What ran is observed: the ws1 side's
+ops and kernel ids at capture under the step path's op watch, and the stock side's SDPA kernels by the CUDA
+profiler around one eager call before its capture (`peer_kernels`: the names say which backend torch chose).
+
+Off CUDA (the CPU tests) both sides run the same calls eagerly (`graphs=False`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+#: what the record says the peer is
+PEER = (
+    "stock transformers Qwen3ForCausalLM (attn_implementation='sdpa', torch's default SDPA backend), StaticCache, "
+    "one decode step captured in a CUDA graph by hand"
+)
+
+
+@dataclass
+class GraphSide:
+    """One side of the pair: ``call()`` runs one decode step (a replay once captured); ``record`` what it is."""
+
+    call: Callable[[], torch.Tensor]
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def _capture(fn: Callable[[], torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """Warm ``fn`` up on a side stream (as torch's own capture helpers do), then capture one call."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.no_grad():
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        out = fn()
+    return graph, out
+
+
+#: ``kv(layer) -> (k, v)``, each ``[batch, cache, Hkv, D]``: the cached keys and values both sides start from
+KV = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def ws1_side(
+    model: torch.nn.Module, batch: int, cache: int, targets: torch.Tensor, *, graphs: bool,
+    ids: torch.Tensor | None = None, kv: KV | None = None,
+) -> GraphSide:  # fmt: skip
+    """The ws1 step path at ``batch`` rows: request i in slot i at position ``cache``, over random cached keys
+    (``ids`` ``[batch]`` and ``kv``: the tests give both sides the same)."""
+    from ws1_kernels.integrations.qwen3 import runtime_of
+    from ws1_kernels.integrations.step import SlabCache, StepPlan, StepWeights, step_forward, step_ops
+
+    ops = step_ops(runtime_of(model).profile)
+    w = StepWeights.of(model)
+    dev = w.embed.device
+    slab = SlabCache.allocate(
+        len(w.layers), batch, cache + 1, w.kv_heads, w.head_dim, device=dev, dtype=w.embed.dtype
+    )
+    gen = torch.Generator(device=dev).manual_seed(5)
+    for i, (k, v) in enumerate(zip(slab.k, slab.v, strict=True)):
+        if kv is None:
+            k.normal_(generator=gen)
+            v.normal_(generator=gen)
+            continue
+        kk, vv = kv(i)
+        for r in range(batch):
+            k[r * slab.max_len : r * slab.max_len + cache].copy_(kk[r])
+            v[r * slab.max_len : r * slab.max_len + cache].copy_(vv[r])
+    for r in range(batch):
+        slab.join(r)
+    if ids is None:
+        ids = torch.randint(0, w.embed.shape[0], (batch,), generator=gen, device=dev)
+    slots = torch.arange(batch, dtype=torch.int64, device=dev)
+    positions = torch.full((batch,), cache, dtype=torch.int64, device=dev)
+    record = {"path": f"ws1 step path (integrations.step), the {ops.namespace} step ops on a SlabCache"}
+
+    def step() -> torch.Tensor:
+        plan = StepPlan.from_device(slots, positions, slab.max_len)
+        return ops.logp(step_forward(ops, w, ids, plan, slab.k, slab.v), targets)
+
+    if not graphs:
+
+        def eager() -> torch.Tensor:
+            with torch.no_grad():
+                return step()
+
+        return GraphSide(eager, {**record, "mode": "eager"})
+    state: dict[str, Any] = {}
+
+    def call() -> torch.Tensor:
+        if "graph" not in state:  # captured on the first call, inside the caller's op watch
+            state["graph"], state["out"] = _capture(step)
+        state["graph"].replay()
+        return state["out"]
+
+    return GraphSide(
+        call, {**record, "mode": "cuda_graph (the plan, the step and the logp kernel in one graph)"}
+    )
+
+
+def stock_model(hf_config: Any, weights: dict[str, torch.Tensor], device: str) -> torch.nn.Module:
+    """transformers' own Qwen3 with SDPA on ``weights`` (the candidate's tensors: no copy)."""
+    import transformers
+
+    cfg = hf_config.__class__.from_dict(hf_config.to_dict())
+    cfg._attn_implementation = "sdpa"
+    with torch.device("meta"):  # no second copy of the weights: they are assigned below
+        model = transformers.Qwen3ForCausalLM(cfg)
+    model.load_state_dict({k: v.to(device) for k, v in weights.items()}, strict=True, assign=True)
+    # the rotary table is a buffer, not a weight: built again on the device (it stayed on meta)
+    with torch.device(device):
+        model.model.rotary_emb = type(model.model.rotary_emb)(config=cfg)
+    return model.eval()
+
+
+def fill_static_cache(model: torch.nn.Module, batch: int, max_len: int, fill: Callable[[int], tuple]) -> Any:
+    """A ``StaticCache`` of ``max_len`` positions for ``batch`` rows, its layers' keys and values set by
+    ``fill(layer) -> (k, v)`` (``[batch, Hkv, n, D]``, written at positions ``0..n-1``)."""
+    from transformers import StaticCache
+
+    dev = next(model.parameters()).device
+    cache = StaticCache(config=model.config, max_cache_len=max_len)
+    # one call at position 0 initialises every layer's tensors (lazily allocated on their first update)
+    with torch.no_grad():
+        model(
+            input_ids=torch.zeros((batch, 1), dtype=torch.int64, device=dev),
+            position_ids=torch.zeros((batch, 1), dtype=torch.int64, device=dev),
+            cache_position=torch.zeros(1, dtype=torch.int64, device=dev),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+    for i, layer in enumerate(cache.layers):
+        k, v = fill(i)
+        layer.keys[:, :, : k.shape[2]].copy_(k)
+        layer.values[:, :, : v.shape[2]].copy_(v)
+    set_static_length(cache, k.shape[2])
+    return cache
+
+
+def set_static_length(cache: Any, length: int) -> None:
+    """Where the next token goes. Some transformers releases write a static layer at its own running length
+    (``cumulative_length``, advanced by every update) rather than at ``cache_position``: it is set here, and
+    again inside every decode call, so that each call (each graph replay) decodes the same position."""
+    for layer in cache.layers:
+        n = getattr(layer, "cumulative_length", None)
+        if isinstance(n, torch.Tensor):
+            n.fill_(length)
+
+
+def stock_side(
+    model: torch.nn.Module, batch: int, cache: int, targets: torch.Tensor, *, graphs: bool,
+    ids: torch.Tensor | None = None, kv: KV | None = None,
+) -> GraphSide:  # fmt: skip
+    """The stock decode at ``batch`` rows, position ``cache``, over random cached keys (``ids``, ``kv``: as
+    ``ws1_side``)."""
+    cfg = model.config
+    dev = next(model.parameters()).device
+    hkv = int(cfg.num_key_value_heads)
+    d = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+    gen = torch.Generator(device=dev).manual_seed(6)
+
+    def random_fill(_layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (batch, hkv, cache, d)
+        return (
+            torch.randn(shape, generator=gen, device=dev, dtype=model.dtype),
+            torch.randn(shape, generator=gen, device=dev, dtype=model.dtype),
+        )
+
+    def given(layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        assert kv is not None
+        k, v = kv(layer)
+        return k.transpose(1, 2), v.transpose(
+            1, 2
+        )  # [batch, cache, Hkv, D] -> transformers' [batch, Hkv, n, D]
+
+    static = fill_static_cache(model, batch, cache + 1, random_fill if kv is None else given)
+    if ids is None:
+        ids = torch.randint(0, int(cfg.vocab_size), (batch,), generator=gen, device=dev)
+    ids = ids[:, None]
+    position_ids = torch.full((batch, 1), cache, dtype=torch.int64, device=dev)
+    cache_position = torch.tensor([cache], dtype=torch.int64, device=dev)
+
+    def step() -> torch.Tensor:
+        set_static_length(static, cache)
+        out = model(
+            input_ids=ids,
+            position_ids=position_ids,
+            cache_position=cache_position,
+            past_key_values=static,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        logits = out.logits[:, -1]
+        return torch.log_softmax(logits.float(), -1).gather(1, targets[:, None])[:, 0]
+
+    record: dict[str, Any] = {"path": PEER, "cache": type(static).__name__}
+    if not graphs:
+
+        def eager() -> torch.Tensor:
+            with torch.no_grad():
+                return step()
+
+        return GraphSide(eager, {**record, "mode": "eager"})
+    record["peer_kernels"] = observed_cuda_kernels(step)
+    state: dict[str, Any] = {}
+
+    def call() -> torch.Tensor:
+        if "graph" not in state:
+            state["graph"], state["out"] = _capture(step)
+        state["graph"].replay()
+        return state["out"]
+
+    return GraphSide(call, {**record, "mode": "cuda_graph"})
+
+
+def observed_cuda_kernels(fn: Callable[[], Any]) -> list[str]:
+    """The distinct attention kernels the CUDA profiler sees in one eager call (which SDPA backend ran)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events() if e.device_type.name == "CUDA"}
+    keys = ("flash", "fmha", "attention", "attn", "sdpa", "cudnn", "efficient")
+    return sorted(n for n in names if any(k in n.lower() for k in keys))[:16]

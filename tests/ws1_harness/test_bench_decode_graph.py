@@ -1,0 +1,83 @@
+"""The stock decode peer of `ws1 bench --op decode_step` (bench/decode_graph.py), on the CPU without graphs.
+
+The peer is transformers' own Qwen3 with a StaticCache at one decode position. Its logprob must be the model's:
+with the cache filled from a real prefill of the first C tokens, the decode at position C gives the full
+forward's logprob there (fp32, 1e-4). The control fills the cache with another request's keys and must miss."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from ws1_harness.run.bench import decode_graph as dg  # noqa: E402
+
+B, C = 3, 7
+
+
+@pytest.fixture(scope="module")
+def stock_and_prefill():  # type: ignore[no-untyped-def]
+    from transformers import DynamicCache
+
+    from ws1_kernels.integrations import qwen3
+    from ws1_workload import load_manifest, synthetic_weights, tensor_shapes
+
+    m = load_manifest()
+    cfg = dataclasses.replace(m.model("tiny"), num_layers=2)
+    weights = {k: v.float() for k, v in synthetic_weights(m, "tiny", names=tensor_shapes(cfg)).items()}
+    model = dg.stock_model(qwen3.qwen3_config(cfg), weights, "cpu")
+    ids = torch.randint(0, int(cfg.vocab), (B, C + 1), generator=torch.Generator().manual_seed(1))
+    targets = torch.randint(0, int(cfg.vocab), (B,), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = torch.log_softmax(model(input_ids=ids).logits[:, C].float(), -1).gather(1, targets[:, None])[
+            :, 0
+        ]
+        dc = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :C], past_key_values=dc, use_cache=True)
+    # [B, Hkv, C, D] -> the sides' [B, C, Hkv, D]
+    kv = [(layer.keys.transpose(1, 2), layer.values.transpose(1, 2)) for layer in dc.layers]
+    return model, ids, targets, full, kv
+
+
+def test_the_stock_peer_decodes_the_models_logprob(stock_and_prefill) -> None:  # type: ignore[no-untyped-def]
+    model, ids, targets, full, kv = stock_and_prefill
+    side = dg.stock_side(model, B, C, targets, graphs=False, ids=ids[:, C], kv=lambda i: kv[i])
+    assert side.record["cache"] == "StaticCache" and side.record["mode"] == "eager"
+    assert float((side.call() - full).abs().max()) < 1e-4
+
+
+def test_a_stock_peer_on_another_requests_keys_misses(stock_and_prefill) -> None:  # type: ignore[no-untyped-def]
+    model, ids, targets, full, kv = stock_and_prefill
+    rolled = [(k.roll(1, 0), v.roll(1, 0)) for k, v in kv]
+    side = dg.stock_side(model, B, C, targets, graphs=False, ids=ids[:, C], kv=lambda i: rolled[i])
+    assert float((side.call() - full).abs().max()) > 1e-3
+
+
+def test_every_call_decodes_the_same_position(stock_and_prefill) -> None:  # type: ignore[no-untyped-def]
+    """A timed loop (a graph replay) calls the step again and again: each call must decode position C."""
+    model, ids, targets, full, kv = stock_and_prefill
+    side = dg.stock_side(model, B, C, targets, graphs=False, ids=ids[:, C], kv=lambda i: kv[i])
+    first, second = side.call(), side.call()
+    assert torch.equal(first, second) and float((second - full).abs().max()) < 1e-4
+
+
+def test_a_cache_whose_length_runs_on_is_seen(stock_and_prefill, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The control: without resetting the static layers' running length, the second call is not the first
+    (this transformers writes at that length) or fails outright (past the cache)."""
+    model, ids, targets, full, kv = stock_and_prefill
+    probe = dg.fill_static_cache(
+        model, B, C + 1, lambda i: (kv[i][0].transpose(1, 2), kv[i][1].transpose(1, 2))
+    )
+    if not hasattr(probe.layers[0], "cumulative_length"):
+        pytest.skip("this transformers writes a static cache at cache_position: nothing runs on")
+    side = dg.stock_side(model, B, C, targets, graphs=False, ids=ids[:, C], kv=lambda i: kv[i])
+    monkeypatch.setattr(dg, "set_static_length", lambda cache, length: None)
+    first = side.call()
+    try:
+        second = side.call()
+    except (IndexError, RuntimeError):
+        return
+    assert not torch.equal(first, second)
