@@ -81,3 +81,15 @@ def test_a_cache_whose_length_runs_on_is_seen(stock_and_prefill, monkeypatch) ->
     except (IndexError, RuntimeError):
         return
     assert not torch.equal(first, second)
+
+
+def test_the_peer_check_passes_the_stock_graph_and_names_each_weakening(stock_and_prefill) -> None:  # type: ignore[no-untyped-def]
+    from ws1_harness.run.bench.steps import graph_peer_problems
+
+    model = stock_and_prefill[0]
+    good = {"cache": "StaticCache", "mode": "cuda_graph"}
+    assert graph_peer_problems(model, good) == []
+    assert graph_peer_problems(model, {**good, "cache": "DynamicCache"}) == [
+        "the peer's cache is 'DynamicCache', not StaticCache"
+    ]
+    assert graph_peer_problems(model, {**good, "mode": "eager"}) == ["the peer ran 'eager', not a CUDA graph"]

@@ -325,3 +325,47 @@ def test_the_bench_decode_sides_compute_one_function(model, tiny_one_layer, seq_
 def test_bench_decode_sides_on_different_caches_differ(model, tiny_one_layer, seq_dot) -> None:  # type: ignore[no-untyped-def]
     mine, theirs = _bench_pair(model, tiny_one_layer, kv_shift=1)
     assert float((mine - theirs).abs().max()) > 1e-3
+
+
+def _graph_row(model, tiny_one_layer):  # type: ignore[no-untyped-def]
+    """One `decode_step` row of the graph pair, measured on the CPU (no graphs) with a timer that calls once."""
+    pytest.importorskip("ws1_harness")
+    from ws1_harness.run.bench import steps as ST
+
+    class OnceTimer:
+        name = "once"
+
+        def __call__(self, fn, *, grad_to_none=(), label=""):  # type: ignore[no-untyped-def]
+            fn()
+            return 1.0
+
+    _m, cfg, weights, _fx = tiny_one_layer
+    models = ST.Models(
+        cfg, model, model, {k: v.float() for k, v in weights.items()}, qwen3.qwen3_config(cfg), "cpu"
+    )
+    p = ST.StepPoint("decode_step", 2, 1, cache=5)
+    return ST.measure_graph_decode("triton_cuda_bf16", "cpu", OnceTimer(), models, p, ST.stock_kernel_ids())
+
+
+def test_a_graph_decode_row_records_what_ran_and_refuses_an_eager_peer(
+    model, tiny_one_layer, seq_dot
+) -> None:  # type: ignore[no-untyped-def]
+    """The ws1 side's path is clean (its step ops, its kernels); on the CPU the stock side cannot be a CUDA
+    graph, and a peer that is not one is an error row (never a ratio against a weakened stock)."""
+    row = _graph_row(model, tiny_one_layer)
+    assert "candidate_path" not in row.errors and "candidate" not in row.errors
+    assert "triton:_attn_slab_fwd" in row.kernels_observed
+    assert "not a CUDA graph" in row.errors["peer_path"] and row.status == "error"
+    assert row.step["graph_decode"]["peer"]["cache"] == "StaticCache"
+
+
+def test_a_graph_decode_row_names_a_stock_op_on_the_ws1_side(
+    model, tiny_one_layer, seq_dot, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from ws1_kernels.integrations import step as step_mod
+
+    real = step_mod.step_ops("triton_cuda_bf16")
+    stock = dataclasses.replace(real, swiglu=lambda g, u: torch.nn.functional.silu(g) * u)
+    monkeypatch.setattr(step_mod, "step_ops", lambda profile: stock)
+    row = _graph_row(model, tiny_one_layer)
+    assert "aten.silu" in row.errors["candidate_path"]

@@ -128,7 +128,7 @@ def stock_model(hf_config: Any, weights: dict[str, torch.Tensor], device: str) -
     return model.eval()
 
 
-def fill_static_cache(model: torch.nn.Module, batch: int, max_len: int, fill: Callable[[int], tuple]) -> Any:
+def fill_static_cache(model: Any, batch: int, max_len: int, fill: Callable[[int], tuple]) -> Any:
     """A ``StaticCache`` of ``max_len`` positions for ``batch`` rows, its layers' keys and values set by
     ``fill(layer) -> (k, v)`` (``[batch, Hkv, n, D]``, written at positions ``0..n-1``)."""
     from transformers import StaticCache
@@ -145,7 +145,8 @@ def fill_static_cache(model: torch.nn.Module, batch: int, max_len: int, fill: Ca
             use_cache=True,
             logits_to_keep=1,
         )
-    for i, layer in enumerate(cache.layers):
+    layers: list[Any] = list(cache.layers)
+    for i, layer in enumerate(layers):
         k, v = fill(i)
         layer.keys[:, :, : k.shape[2]].copy_(k)
         layer.values[:, :, : v.shape[2]].copy_(v)
@@ -164,7 +165,7 @@ def set_static_length(cache: Any, length: int) -> None:
 
 
 def stock_side(
-    model: torch.nn.Module, batch: int, cache: int, targets: torch.Tensor, *, graphs: bool,
+    model: Any, batch: int, cache: int, targets: torch.Tensor, *, graphs: bool,
     ids: torch.Tensor | None = None, kv: KV | None = None,
 ) -> GraphSide:  # fmt: skip
     """The stock decode at ``batch`` rows, position ``cache``, over random cached keys (``ids``, ``kv``: as

@@ -251,11 +251,25 @@ def random_weights(cfg: Any, device: torch.device) -> dict[str, torch.Tensor]:
 
 @dataclass
 class Models:
-    """The profile's drop-in and the stock model on the same weight tensors (parameters share storage)."""
+    """The profile's drop-in and the stock model on the same weight tensors (parameters share storage).
+
+    ``stock()`` is transformers' own Qwen3 with SDPA on those tensors too, built on first use: the graph decode
+    pair's peer (``decode_graph``)."""
 
     cfg: Any
     candidate: torch.nn.Module
     peer: torch.nn.Module
+    weights: dict[str, torch.Tensor] = field(default_factory=dict)
+    hf_config: Any = None
+    device: str = "cpu"
+    _stock: torch.nn.Module | None = None
+
+    def stock(self) -> torch.nn.Module:
+        from ws1_harness.run.bench import decode_graph
+
+        if self._stock is None:
+            self._stock = decode_graph.stock_model(self.hf_config, self.weights, self.device)
+        return self._stock
 
 
 def build_models(profile: str, model_cfg: Any, layers: int, device: str) -> Models:
@@ -266,7 +280,22 @@ def build_models(profile: str, model_cfg: Any, layers: int, device: str) -> Mode
     hf = qwen3.qwen3_config(cfg)
     cand = qwen3.build_model(hf, weights, profile, device=device)
     peer = qwen3.build_model(hf, weights, STOCK_PROFILE, device=device)
-    return Models(cfg, cand, peer)
+    return Models(cfg, cand, peer, weights, hf, device)
+
+
+def graph_decode(profile: str, device: str) -> bool:
+    """Whether `decode_step` times the graph pair (`decode_graph`): on CUDA, for a profile with step ops. Else
+    (a CPU profile) the drop-in against the drop-in on stock ops, the only decode path such a profile has."""
+    from ws1_kernels.errors import KernelInputError
+    from ws1_kernels.integrations.step import step_ops
+
+    if torch.device(device).type != "cuda":
+        return False
+    try:
+        step_ops(profile)
+    except KernelInputError:
+        return False
+    return True
 
 
 def _drop_grads(model: torch.nn.Module) -> None:
@@ -352,6 +381,125 @@ def measure_side(
     except Exception as exc:  # noqa: BLE001 - recorded as an error row, never a crash
         side.error = one_line(exc)
     return side
+
+
+def measure_graph_side(device: str, timer: Timer, label: str, side: Any, watch: Any | None) -> StepSide:
+    """A graph side of the decode pair: the first call (its capture) under ``watch`` (the step path's op watch,
+    for the ws1 side) or the launch log, then the peak-memory window and the timer on replays."""
+    from ws1_kernels import launches
+
+    out = StepSide()
+    try:
+        if watch is not None:
+            with watch.watching():
+                side.call()
+            out.kernels = tuple(sorted(watch.kernels))
+            out.watch = _watch_lines(watch.problems())
+        else:
+            with launches.observe() as log:
+                side.call()
+            out.kernels = tuple(dict.fromkeys(log.kernels))
+        out.base, out.peak, est = _probe(device, side.call)
+        out.ms = widened(timer, est)(side.call, label=label)
+    except Exception as exc:  # noqa: BLE001 - recorded as an error row, never a crash
+        out.error = one_line(exc)
+    return out
+
+
+def graph_candidate_problems(cand: StepSide, watch: Any, stock_ids: frozenset[str]) -> list[str]:
+    """Why the ws1 graph side is not the profile's step path (empty: it is): the step watch's findings, a stock
+    kernel recorded, or no op of the profile's step ops dispatched at all."""
+    out = list(cand.watch)
+    hit = sorted(set(cand.kernels) & stock_ids)
+    if hit:
+        out.append(f"stock kernels recorded: {', '.join(hit)}")
+    ops = set().union(*watch.recorder.ops.values()) if watch.recorder.ops else set()
+    if not any(op.startswith(f"{watch.namespace}.") for op in ops):
+        out.append(f"no {watch.namespace} step op dispatched")
+    return out
+
+
+def graph_peer_problems(stock: torch.nn.Module, record: dict[str, Any]) -> list[str]:
+    """Why the peer is not the stock model a user would run (empty: it is)."""
+    out = []
+    if hasattr(stock, "ws1_runtime"):
+        out.append("the peer model is swapped onto ws1 candidates")
+    impl = getattr(stock.config, "_attn_implementation", None)
+    if impl != "sdpa":
+        out.append(f"the peer's attention is {impl!r}, not sdpa")
+    if record.get("cache") != "StaticCache":
+        out.append(f"the peer's cache is {record.get('cache')!r}, not StaticCache")
+    if not str(record.get("mode", "")).startswith("cuda_graph"):
+        out.append(f"the peer ran {record.get('mode')!r}, not a CUDA graph")
+    return out
+
+
+def measure_graph_decode(
+    profile: str, device: str, timer: Timer, models: Models, p: StepPoint, stock_ids: frozenset[str]
+) -> R.Row:
+    """A decode row on the graph pair (`decode_graph`): ws1's step path against stock transformers."""
+    from ws1_harness.run.bench import decode_graph as dg
+    from ws1_harness.run.chain_rollout import step_watch
+    from ws1_kernels.integrations import qwen3
+
+    cand_rt = qwen3.runtime_of(models.candidate)
+    dims = _dims(models.cfg, p)
+    metric, work = step_work(models.cfg, p)
+    row = R.Row(
+        op=p.op,
+        shape="model",
+        m=p.m,
+        phase=p.phase,
+        status="ok",
+        dims=dims,
+        candidate_id=f"{profile}.{p.op}",
+        param_grad_rule=cand_rt.rules.get("det_gemm"),
+        peer=dg.PEER,
+        metric=metric,
+        work=work,
+        target=T.target_for(p.op, p.phase, p.m, dims),
+    )
+    dev = torch.device(device)
+    gen = torch.Generator(device=dev).manual_seed(WEIGHT_SEED + 2)
+    targets = torch.randint(0, int(models.cfg.vocab), (p.m,), generator=gen, device=dev)
+    graphs = dev.type == "cuda"
+    records: dict[str, Any] = {}
+    sides: dict[str, StepSide] = {}
+    watch = step_watch(cand_rt)
+    try:
+        cand_side = dg.ws1_side(models.candidate, p.m, p.cache, targets, graphs=graphs)
+        records["candidate"] = cand_side.record
+        sides["candidate"] = measure_graph_side(device, timer, "candidate", cand_side, watch)
+        del cand_side  # its slab and graph pool go before the peer's are made
+        synchronize(device)
+        if graphs:
+            torch.cuda.empty_cache()
+        stock = models.stock()
+        peer_side = dg.stock_side(stock, p.m, p.cache, targets, graphs=graphs)
+        records["peer"] = peer_side.record
+        sides["peer"] = measure_graph_side(device, timer, "peer", peer_side, None)
+        del peer_side
+    except Exception as exc:  # noqa: BLE001 - e.g. out of memory for a cache
+        row.status, row.errors = "error", {"setup": one_line(exc)}
+        row.step = _step_record(p, sides.get("candidate"), sides.get("peer"), [], [], graph=records)
+        return row
+    cand, peer = sides["candidate"], sides["peer"]
+    row.candidate_ms, row.peer_ms = cand.ms, peer.ms
+    row.kernels_observed = list(cand.kernels)
+    if cand.peak is not None or peer.peak is not None:
+        row.peak_mem_bytes = {"candidate": cand.peak, "peer": peer.peak}
+    errors = {k: v for k, v in (("candidate", cand.error), ("peer", peer.error)) if v}
+    cand_path = graph_candidate_problems(cand, watch, stock_ids) if not cand.error else []
+    peer_path = graph_peer_problems(models.stock(), records["peer"]) if not peer.error else []
+    if cand_path:
+        errors["candidate_path"] = "; ".join(cand_path)
+    if peer_path:
+        errors["peer_path"] = "; ".join(peer_path)
+    row.errors = errors
+    if errors:
+        row.status = "error"
+    row.step = _step_record(p, cand, peer, cand_path, peer_path, graph=records)
+    return row
 
 
 # ---------------------------------------------------------------------------------------------- path checks
@@ -539,15 +687,22 @@ def measure_point(
 
 
 def _step_record(
-    p: StepPoint, cand: StepSide | None, peer: StepSide | None, cand_path: list[str], peer_path: list[str]
+    p: StepPoint,
+    cand: StepSide | None,
+    peer: StepSide | None,
+    cand_path: list[str],
+    peer_path: list[str],
+    graph: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The step-only fields of a row (`row["step"]`)."""
+    """The step-only fields of a row (`row["step"]`); ``graph``: each side's record on the graph decode pair."""
     out: dict[str, Any] = {
         "layers": p.layers,
         "weights": WEIGHTS_NOTE,
-        "peer_profile": STOCK_PROFILE,
+        "peer_profile": "transformers (stock)" if graph is not None else STOCK_PROFILE,
         "min_reps": STEP_MIN_REPS,
     }
+    if graph is not None:
+        out["graph_decode"] = graph
     if p.op == "train_step":
         out["sample_lengths"] = list(p.lengths)
     else:
@@ -598,7 +753,10 @@ def run_steps(
         if note is not None:
             what = f"{p.m} tokens" if p.op == "train_step" else f"batch {p.m}, cache {p.cache}"
             note(f"ws1 bench: {p.op} ({what}, {layers} layers): timing both sides")
-        yield measure_point(opts.profile, opts.device, timer, models, p, stock_ids)
+        if p.op == "decode_step" and graph_decode(opts.profile, opts.device):
+            yield measure_graph_decode(opts.profile, opts.device, timer, models, p, stock_ids)
+        else:
+            yield measure_point(opts.profile, opts.device, timer, models, p, stock_ids)
         if opts.device == "cuda":
             with contextlib.suppress(Exception):
                 torch.cuda.synchronize()
