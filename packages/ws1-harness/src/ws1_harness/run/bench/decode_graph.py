@@ -24,6 +24,10 @@ from typing import Any
 
 import torch
 
+from ws1_harness.run.bench.stock import observed_cuda_kernels, stock_model
+
+__all__ = ["PEER", "GraphSide", "fill_static_cache", "stock_model", "stock_side", "ws1_side"]
+
 #: what the record says the peer is
 PEER = (
     "stock transformers Qwen3ForCausalLM (attn_implementation='sdpa', torch's default SDPA backend), StaticCache, "
@@ -111,21 +115,6 @@ def ws1_side(
     return GraphSide(
         call, {**record, "mode": "cuda_graph (the plan, the step and the logp kernel in one graph)"}
     )
-
-
-def stock_model(hf_config: Any, weights: dict[str, torch.Tensor], device: str) -> torch.nn.Module:
-    """transformers' own Qwen3 with SDPA on ``weights`` (the candidate's tensors: no copy)."""
-    import transformers
-
-    cfg = hf_config.__class__.from_dict(hf_config.to_dict())
-    cfg._attn_implementation = "sdpa"
-    with torch.device("meta"):  # no second copy of the weights: they are assigned below
-        model = transformers.Qwen3ForCausalLM(cfg)
-    model.load_state_dict({k: v.to(device) for k, v in weights.items()}, strict=True, assign=True)
-    # the rotary table is a buffer, not a weight: built again on the device (it stayed on meta)
-    with torch.device(device):
-        model.model.rotary_emb = type(model.model.rotary_emb)(config=cfg)
-    return model.eval()
 
 
 def fill_static_cache(model: Any, batch: int, max_len: int, fill: Callable[[int], tuple]) -> Any:
@@ -228,15 +217,3 @@ def stock_side(
         return state["out"]
 
     return GraphSide(call, {**record, "mode": "cuda_graph"})
-
-
-def observed_cuda_kernels(fn: Callable[[], Any]) -> list[str]:
-    """The distinct attention kernels the CUDA profiler sees in one eager call (which SDPA backend ran)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    names = {e.name for e in prof.events() if e.device_type.name == "CUDA"}
-    keys = ("flash", "fmha", "attention", "attn", "sdpa", "cudnn", "efficient")
-    return sorted(n for n in names if any(k in n.lower() for k in keys))[:16]

@@ -262,14 +262,15 @@ class Models:
     weights: dict[str, torch.Tensor] = field(default_factory=dict)
     hf_config: Any = None
     device: str = "cpu"
-    _stock: torch.nn.Module | None = None
+    _stock: dict[str, torch.nn.Module] = field(default_factory=dict)
 
-    def stock(self) -> torch.nn.Module:
-        from ws1_harness.run.bench import decode_graph
+    def stock(self, attn: str = "sdpa") -> torch.nn.Module:
+        """transformers' Qwen3 with attention ``attn`` (``bench.stock``) on the shared weights, built once."""
+        from ws1_harness.run.bench import stock
 
-        if self._stock is None:
-            self._stock = decode_graph.stock_model(self.hf_config, self.weights, self.device)
-        return self._stock
+        if attn not in self._stock:
+            self._stock[attn] = stock.stock_model(self.hf_config, self.weights, self.device, attn=attn)
+        return self._stock[attn]
 
 
 def build_models(profile: str, model_cfg: Any, layers: int, device: str) -> Models:
@@ -632,13 +633,87 @@ def _decode_calls(
         yield label, model, call, prepare
 
 
+#: the attention of the train_step peer on a GPU (`bench.stock.VARLEN`)
+STOCK_TRAIN_ATTN = "ws1_stock_varlen"
+#: the train_step peer on a GPU (`bench.stock`): transformers' Qwen3 on one packed row, torch's varlen flash
+TRAIN_PEER = (
+    "stock transformers Qwen3ForCausalLM on one packed row (every sample in it), attention by torch's varlen "
+    "flash attention (torch.nn.attention.varlen) over each sample's bounds, log_softmax and gather, backward"
+)
+
+
+def _stock_train_call(
+    models: Models, p: StepPoint, device: torch.device, attn: str
+) -> tuple[torch.nn.Module, Callable[[], Any], Callable[[], None]]:
+    """The stock packed training call on the same ids, targets and upstream gradient as the candidate's."""
+    from ws1_harness.run.bench import stock
+
+    model = models.stock(attn)
+    gen = torch.Generator(device=device).manual_seed(WEIGHT_SEED + 1)
+    vocab = int(models.cfg.vocab)
+    ids = torch.randint(0, vocab, (p.m,), generator=gen, device=device)
+    targets = torch.randint(0, vocab, (p.m,), generator=gen, device=device)
+    upstream = torch.randn(p.m, generator=gen, device=device, dtype=torch.float32)
+    kw = stock.packed_kwargs(p.lengths, device)
+
+    def call() -> None:
+        logits = model(input_ids=ids[None], **kw).logits[0]
+        lp = torch.log_softmax(logits.float(), -1).gather(1, targets[:, None])[:, 0]
+        torch.autograd.backward(lp, upstream)
+
+    def prepare() -> None:
+        _drop_grads(models.candidate)
+        _drop_grads(models.peer)
+        _drop_grads(model)
+
+    return model, call, prepare
+
+
+def measure_plain_side(
+    device: str, timer: Timer, label: str, call: Callable[[], Any], prepare: Callable[[], None]
+) -> tuple[StepSide, list[str]]:
+    """A side with no ws1 runtime (the stock transformers model): the attention kernels of one call on the
+    CUDA profiler (which backend ran), then the peak-memory window and the timer."""
+    from ws1_harness.run.bench.stock import observed_cuda_kernels
+
+    side, seen = StepSide(), []
+    try:
+        prepare()
+        if device == "cuda":
+            seen = observed_cuda_kernels(call)
+        prepare()
+        side.base, side.peak, est = _probe(device, call)
+        side.ms = widened(timer, est)(call, label=label)
+    except Exception as exc:  # noqa: BLE001 - recorded as an error row, never a crash
+        side.error = one_line(exc)
+    return side, seen
+
+
+def stock_train_problems(model: torch.nn.Module, attn: str, seen: list[str], device: str) -> list[str]:
+    """Why the train_step peer is not the stock packed call a user would run (empty: it is)."""
+    from ws1_harness.run.bench import stock
+
+    out = []
+    if hasattr(model, "ws1_runtime"):
+        out.append("the peer model is swapped onto ws1 candidates")
+    if attn != stock.VARLEN:
+        out.append(f"the peer's attention is {attn!r}, not torch's varlen flash attention")
+    if device == "cuda" and not any("flash" in k.lower() for k in seen):
+        out.append("no flash attention kernel observed in the peer's call")
+    return out
+
+
 def measure_point(
-    profile: str, device: str, timer: Timer, models: Models, p: StepPoint, stock_ids: frozenset[str]
-) -> R.Row:
-    """One step row: both sides timed, their peak memory, what ran on each, the path checks."""
+    profile: str, device: str, timer: Timer, models: Models, p: StepPoint, stock_ids: frozenset[str],
+    *, stock_train: str | None = None,
+) -> R.Row:  # fmt: skip
+    """One step row: both sides timed, their peak memory, what ran on each, the path checks. ``stock_train``
+    (a `train_step` on a GPU): the peer is transformers' Qwen3 on the packed row with that attention
+    implementation (``bench.stock``), not the drop-in on stock ops."""
     from ws1_kernels.integrations import qwen3
 
     cand_rt, peer_rt = qwen3.runtime_of(models.candidate), qwen3.runtime_of(models.peer)
+    plain = stock_train is not None and p.op == "train_step"
     dims = _dims(models.cfg, p)
     metric, work = step_work(models.cfg, p)
     row = R.Row(
@@ -650,20 +725,29 @@ def measure_point(
         dims=dims,
         candidate_id=f"{profile}.{p.op}",
         param_grad_rule=cand_rt.rules.get("det_gemm"),
-        peer=f"the same model on {STOCK_PROFILE} (stock torch ops: F.linear, SDPA, F.rms_norm, log_softmax)",
+        peer=TRAIN_PEER
+        if plain
+        else f"the same model on {STOCK_PROFILE} (stock torch ops: F.linear, SDPA, F.rms_norm, log_softmax)",
         metric=metric,
         work=work,
         target=T.target_for(p.op, p.phase, p.m, dims),
     )
     dev = torch.device(device)
     sides: dict[str, StepSide] = {}
+    seen: list[str] = []
     try:
         calls = list((_train_calls if p.op == "train_step" else _decode_calls)(models, p, dev))
+        stock_call = _stock_train_call(models, p, dev, stock_train) if plain and stock_train else None
     except Exception as exc:  # noqa: BLE001 - e.g. out of memory for the cache
         row.status, row.errors = "error", {"setup": one_line(exc)}
         row.step = _step_record(p, None, None, [], [])
         return row
     for label, model, call, prepare in calls:
+        if label == "peer" and stock_call is not None:
+            smodel, scall, sprepare = stock_call
+            sides[label], seen = measure_plain_side(device, timer, label, scall, sprepare)
+            _drop_grads(smodel)
+            continue
         sides[label] = measure_side(device, timer, label, model, call, prepare)
         _drop_grads(model)
     del calls
@@ -674,7 +758,10 @@ def measure_point(
         row.peak_mem_bytes = {"candidate": cand.peak, "peer": peer.peak}
     errors = {k: v for k, v in (("candidate", cand.error), ("peer", peer.error)) if v}
     cand_path = candidate_path_problems(cand_rt, cand, peer, stock_ids) if not cand.error else []
-    peer_path = peer_path_problems(peer_rt, peer) if not peer.error else []
+    if stock_call is not None and stock_train is not None:
+        peer_path = stock_train_problems(stock_call[0], stock_train, seen, device) if not peer.error else []
+    else:
+        peer_path = peer_path_problems(peer_rt, peer) if not peer.error else []
     if cand_path:
         errors["candidate_path"] = "; ".join(cand_path)
     if peer_path:
@@ -683,6 +770,9 @@ def measure_point(
     if errors:
         row.status = "error"
     row.step = _step_record(p, cand, peer, cand_path, peer_path)
+    if stock_call is not None:
+        row.step["peer_profile"] = "transformers (stock)"
+        row.step["peer_attention"] = {"implementation": stock_train, "kernels": seen}
     return row
 
 
@@ -756,7 +846,10 @@ def run_steps(
         if p.op == "decode_step" and graph_decode(opts.profile, opts.device):
             yield measure_graph_decode(opts.profile, opts.device, timer, models, p, stock_ids)
         else:
-            yield measure_point(opts.profile, opts.device, timer, models, p, stock_ids)
+            yield measure_point(
+                opts.profile, opts.device, timer, models, p, stock_ids,
+                stock_train=STOCK_TRAIN_ATTN if opts.device == "cuda" else None,
+            )  # fmt: skip
         if opts.device == "cuda":
             with contextlib.suppress(Exception):
                 torch.cuda.synchronize()
