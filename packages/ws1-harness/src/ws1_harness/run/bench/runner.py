@@ -32,6 +32,7 @@ from ws1_harness.run.bench import records as R
 from ws1_harness.run.bench import shapes as S
 from ws1_harness.run.bench import steps as ST
 from ws1_harness.run.bench import targets as T
+from ws1_harness.run.bench.stock import observed_cuda_kernels
 from ws1_harness.run.bench.timing import Timer, l2_policy, make_timer, measure_ceilings, one_line, synchronize
 from ws1_harness.verdict.provenance import portable_path
 
@@ -420,6 +421,13 @@ def _measure_point(opts: Options, timer: Timer, cand: Any, p: S.Point, different
 
     def peer_fwd() -> torch.Tensor:
         return case.stock(inputs, p)
+
+    if case.op in C.SDPA_OPS and dev.type == "cuda":  # which backend the default selection ran, observed
+        try:
+            seen = observed_cuda_kernels(peer_fwd)
+            peer = f"{peer}; kernels seen: {', '.join(seen) if seen else 'none matched'}"
+        except Exception as exc:  # noqa: BLE001 - the row still times; the record says why nothing was seen
+            peer = f"{peer}; kernels not observed ({one_line(exc)})"
 
     rows = [
         _fill(
