@@ -300,6 +300,24 @@ def test_attention_forward_matches_op() -> None:
     assert_bitwise("attention_forward", out, _packed(False).out)
 
 
+def test_a_packing_seen_before_reuses_its_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """attention_forward builds a packing's tables once: the second call with the same cu_seqlens builds none
+    and gives the same bits; another packing (the control) builds its own and is not served the first's."""
+    case = _case()
+    q, k, v = case.rows["q"], case.rows["k"], case.rows["v"]
+    cu = [0, *torch.tensor(BATCH.lengths).cumsum(0).tolist()]
+    other = [0, cu[2], *cu[3:]]  # the first two samples as one
+    monkeypatch.setattr(att, "_VARLEN_PLANS", {})
+    built: list[int] = []
+    real = att._build_plan
+    monkeypatch.setattr(att, "_build_plan", lambda *a, **kw: built.append(1) or real(*a, **kw))
+    first = att._varlen_forward(q, k, v, SCALE, cu, tiles=TILES, allow_fp32=True)
+    again = att._varlen_forward(q, k, v, SCALE, cu, tiles=TILES, allow_fp32=True)
+    assert len(built) == 1 and torch.equal(first.view(torch.int32), again.view(torch.int32))
+    merged = att._varlen_forward(q, k, v, SCALE, other, tiles=TILES, allow_fp32=True)
+    assert len(built) == 2 and not torch.equal(merged.view(torch.int32), first.view(torch.int32))
+
+
 # ------------------------------------------------------------------------------------------ host-side cache
 
 

@@ -767,9 +767,23 @@ def _varlen_forward(q, k, v, scale, cu_seqlens, tiles: Tiles | None = None, allo
     default = _check(where, q, k, v, [], allow_fp32)
     tiles = tiles or default
     scale = _v.positive(where, "scale", scale)
-    samples = [(a, 0, b - a) for a, b in bounds]
-    plan = _build_plan(samples, None, q.shape[0], q.shape[1] // k.shape[1], tiles, q.device)
+    group = q.shape[1] // k.shape[1]
+    key = (tuple(cu), q.device, tiles, group)
+    plan = _VARLEN_PLANS.get(key)
+    if plan is None:
+        samples = [(a, 0, b - a) for a, b in bounds]
+        plan = _build_plan(samples, None, q.shape[0], group, tiles, q.device)
+        if len(_VARLEN_PLANS) >= _VARLEN_PLANS_MAX:
+            _VARLEN_PLANS.clear()
+        _VARLEN_PLANS[key] = plan
     return _forward(q, k, v, scale, plan, tiles)[0]
+
+
+# The tables of a packed call, by (cu_seqlens, device, tiles, group): a training loop sends the same packing
+# through every layer, and building the tables (a host walk and a host-to-device copy) per call cost more than
+# the kernel at 8 samples of 512 tokens. A plan is a pure function of its key. Bounded: cleared when full.
+_VARLEN_PLANS: dict[tuple, _Plan] = {}
+_VARLEN_PLANS_MAX = 256
 
 
 OPS: dict[str, OpEntry] = {
