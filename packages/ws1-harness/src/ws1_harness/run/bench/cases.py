@@ -116,9 +116,39 @@ def _make_linear_logp(p: Point, dev: torch.device, gen: torch.Generator) -> Inpu
     }
 
 
-def _linear_logp_stock(t: Inputs, p: Point) -> Tensor:
+def _linear_logp_materialised(t: Inputs, p: Point) -> Tensor:
     logits = torch.mm(t["x"], t["weight"].t())
     return torch.log_softmax(logits.float(), -1).gather(1, t["targets"][:, None]).squeeze(1)
+
+
+MATERIALISED = "materialised torch.mm(x, w.t()) -> float -> log_softmax -> gather"
+LIGER = (
+    "Liger-Kernel fused linear cross-entropy (liger_fused_linear_cross_entropy, reduction='none'), negated; "
+    "it computes the gradients inside its forward, so compare its fwd + bwd with the candidate's"
+)
+
+
+def linear_logp_peer(device_type: str) -> tuple[str, Callable[[Inputs, Point], Tensor]]:
+    """The fused peer a user would pick on a GPU: Liger-Kernel's fused linear cross-entropy, whose per-token
+    loss is minus the selected token's logprob. Where it does not import (the CPU, or a GPU machine without the
+    wheel) the materialised chain, and the row's `peer` says which ran."""
+    if device_type == "cuda":
+        try:
+            from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy as flce
+        except ImportError:
+            flce = None
+        if flce is not None:
+
+            def liger(t: Inputs, p: Point) -> Tensor:
+                out = flce(t["x"], t["weight"], t["targets"], reduction="none")
+                return -(out[0] if isinstance(out, tuple) else out)
+
+            return LIGER, liger
+    return MATERIALISED, _linear_logp_materialised
+
+
+def _linear_logp_stock(t: Inputs, p: Point) -> Tensor:
+    return linear_logp_peer(t["x"].device.type)[1](t, p)
 
 
 def _linear_logp_work(p: Point, phase: str) -> float:
@@ -346,7 +376,7 @@ CASES: Mapping[str, OpCase] = {
     ),
     "linear_logp": OpCase(
         op="linear_logp",
-        peer="materialised torch.mm(x, w.t()) -> float -> log_softmax -> gather",
+        peer=MATERIALISED,  # refined per device by linear_logp_peer
         metric=TFLOPS,
         make=_make_linear_logp,
         candidate=lambda fn, t, ctx, p: fn(t["x"], t["weight"], t["targets"], ctx),
@@ -436,6 +466,8 @@ def peer_name(case: OpCase, p: Point, device: torch.device) -> str:
     if case.op == "attention":
         name, _ = sdpa_peer(device.type, _d(p, "Hq"), _d(p, "Hkv"), _d(p, "D"))
         return f"{name} on [B={p.samples}, H, S={p.seq}, D]"
+    if case.op == "linear_logp":
+        return linear_logp_peer(device.type)[0]
     return case.peer
 
 
