@@ -157,3 +157,25 @@ def mismatched(got: dict, ref: dict) -> list:
     """The keys whose rows differ in any bit (``got`` must cover exactly ``ref``'s keys)."""
     assert set(got) == set(ref)
     return [k for k in sorted(ref) if not torch.equal(raw_bits(got[k]), raw_bits(ref[k]))]
+
+
+def step_mismatches(model: torch.nn.Module, ops: StepOps, mode: str) -> list:
+    """The GPU tests' property: the scenario's step rows (eager, compiled or graph) that differ in any bit from
+    the packed forward_call's rows (none, when the step path is right)."""
+    seqs = sequences(model.lm_head.weight.shape[0], "cuda")
+    ref = packed_logits(model, seqs)
+    return mismatched(run_steps(model, ops, seqs, mode=mode), ref)
+
+
+def short_plan_mismatches(model: torch.nn.Module, ops: StepOps) -> tuple[list, int]:
+    """Its control: (the rows that differ, the rows) when every row's plan is one key short; every row past
+    position 0 must differ."""
+    import dataclasses
+
+    seqs = sequences(model.lm_head.weight.shape[0], "cuda")
+    ref = packed_logits(model, seqs)
+
+    def short(plan: StepPlan) -> StepPlan:
+        return dataclasses.replace(plan, n_keys=(plan.n_keys - 1).clamp(min=1))
+
+    return mismatched(run_steps(model, ops, seqs, tamper=short), ref), len(ref)

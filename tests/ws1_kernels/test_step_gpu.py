@@ -6,7 +6,6 @@ buckets with pad rows. The negative control shifts every row's key count by one 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import pytest
@@ -22,9 +21,9 @@ if cuda.extension() is None or not torch.cuda.is_available():
     pytest.skip(str(cuda.missing_reason() or "no CUDA device"), allow_module_level=True)
 pytest.importorskip("transformers")
 
-from step_support import gpu_model, mismatched, packed_logits, run_steps, sequences  # noqa: E402
+from step_support import gpu_model, short_plan_mismatches, step_mismatches  # noqa: E402
 
-from ws1_kernels.integrations.step import StepPlan, step_ops  # noqa: E402
+from ws1_kernels.integrations.step import step_ops  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -34,18 +33,9 @@ def model():  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("mode", ["eager", "compiled", "graph"])
 def test_steps_give_the_packed_forward_bits(model, mode: str) -> None:  # type: ignore[no-untyped-def]
-    seqs = sequences(model.lm_head.weight.shape[0], "cuda")
-    ref = packed_logits(model, seqs)
-    got = run_steps(model, step_ops("cuda_bf16"), seqs, mode=mode)
-    assert mismatched(got, ref) == []
+    assert step_mismatches(model, step_ops("cuda_bf16"), mode) == []
 
 
 def test_a_plan_one_key_short_changes_the_bits(model) -> None:  # type: ignore[no-untyped-def]
-    seqs = sequences(model.lm_head.weight.shape[0], "cuda")
-    ref = packed_logits(model, seqs)
-
-    def short(plan: StepPlan) -> StepPlan:
-        return dataclasses.replace(plan, n_keys=(plan.n_keys - 1).clamp(min=1))
-
-    bad = mismatched(run_steps(model, step_ops("cuda_bf16"), seqs, tamper=short), ref)
-    assert len(bad) > len(ref) // 2  # every row past position 0 sees one key fewer
+    bad, rows = short_plan_mismatches(model, step_ops("cuda_bf16"))
+    assert len(bad) > rows // 2  # every row past position 0 sees one key fewer

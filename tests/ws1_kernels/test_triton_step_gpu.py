@@ -8,7 +8,6 @@ that is proved. The negative control shifts every row's key count by one and mus
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import pytest
@@ -23,9 +22,9 @@ if not torch.cuda.is_available():
         raise RuntimeError("WS1_REQUIRE_GPU=1: no CUDA device")
     pytest.skip("no CUDA device", allow_module_level=True)
 
-from step_support import gpu_model, mismatched, packed_logits, run_steps, sequences  # noqa: E402
+from step_support import gpu_model, short_plan_mismatches, step_mismatches  # noqa: E402
 
-from ws1_kernels.integrations.step import StepPlan, step_ops  # noqa: E402
+from ws1_kernels.integrations.step import step_ops  # noqa: E402
 
 PROFILE = "triton_cuda_bf16"
 
@@ -37,18 +36,9 @@ def model():  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("mode", ["eager", "compiled", "graph"])
 def test_steps_give_the_packed_forward_bits(model, mode: str) -> None:  # type: ignore[no-untyped-def]
-    seqs = sequences(model.lm_head.weight.shape[0], "cuda")
-    ref = packed_logits(model, seqs)
-    got = run_steps(model, step_ops(PROFILE), seqs, mode=mode)
-    assert mismatched(got, ref) == []
+    assert step_mismatches(model, step_ops(PROFILE), mode) == []
 
 
 def test_a_plan_one_key_short_changes_the_bits(model) -> None:  # type: ignore[no-untyped-def]
-    seqs = sequences(model.lm_head.weight.shape[0], "cuda")
-    ref = packed_logits(model, seqs)
-
-    def short(plan: StepPlan) -> StepPlan:
-        return dataclasses.replace(plan, n_keys=(plan.n_keys - 1).clamp(min=1))
-
-    bad = mismatched(run_steps(model, step_ops(PROFILE), seqs, tamper=short), ref)
-    assert len(bad) > len(ref) // 2  # every row past position 0 sees one key fewer
+    bad, rows = short_plan_mismatches(model, step_ops(PROFILE))
+    assert len(bad) > rows // 2  # every row past position 0 sees one key fewer

@@ -384,6 +384,26 @@ def measure_side(
     return side
 
 
+def _new_row(profile: str, models: Models, p: StepPoint, cand_rt: Any, peer: str) -> R.Row:
+    """A step row before anything is measured: its dims, work, target and peer."""
+    dims = _dims(models.cfg, p)
+    metric, work = step_work(models.cfg, p)
+    return R.Row(
+        op=p.op,
+        shape="model",
+        m=p.m,
+        phase=p.phase,
+        status="ok",
+        dims=dims,
+        candidate_id=f"{profile}.{p.op}",
+        param_grad_rule=cand_rt.rules.get("det_gemm"),
+        peer=peer,
+        metric=metric,
+        work=work,
+        target=T.target_for(p.op, p.phase, p.m, dims),
+    )
+
+
 def measure_graph_side(device: str, timer: Timer, label: str, side: Any, watch: Any | None) -> StepSide:
     """A graph side of the decode pair: the first call (its capture) under ``watch`` (the step path's op watch,
     for the ws1 side) or the launch log, then the peak-memory window and the timer on replays."""
@@ -444,22 +464,7 @@ def measure_graph_decode(
     from ws1_kernels.integrations import qwen3
 
     cand_rt = qwen3.runtime_of(models.candidate)
-    dims = _dims(models.cfg, p)
-    metric, work = step_work(models.cfg, p)
-    row = R.Row(
-        op=p.op,
-        shape="model",
-        m=p.m,
-        phase=p.phase,
-        status="ok",
-        dims=dims,
-        candidate_id=f"{profile}.{p.op}",
-        param_grad_rule=cand_rt.rules.get("det_gemm"),
-        peer=dg.PEER,
-        metric=metric,
-        work=work,
-        target=T.target_for(p.op, p.phase, p.m, dims),
-    )
+    row = _new_row(profile, models, p, cand_rt, dg.PEER)
     dev = torch.device(device)
     gen = torch.Generator(device=dev).manual_seed(WEIGHT_SEED + 2)
     targets = torch.randint(0, int(models.cfg.vocab), (p.m,), generator=gen, device=dev)
@@ -714,24 +719,12 @@ def measure_point(
 
     cand_rt, peer_rt = qwen3.runtime_of(models.candidate), qwen3.runtime_of(models.peer)
     plain = stock_train is not None and p.op == "train_step"
-    dims = _dims(models.cfg, p)
-    metric, work = step_work(models.cfg, p)
-    row = R.Row(
-        op=p.op,
-        shape="model",
-        m=p.m,
-        phase=p.phase,
-        status="ok",
-        dims=dims,
-        candidate_id=f"{profile}.{p.op}",
-        param_grad_rule=cand_rt.rules.get("det_gemm"),
-        peer=TRAIN_PEER
+    peer = (
+        TRAIN_PEER
         if plain
-        else f"the same model on {STOCK_PROFILE} (stock torch ops: F.linear, SDPA, F.rms_norm, log_softmax)",
-        metric=metric,
-        work=work,
-        target=T.target_for(p.op, p.phase, p.m, dims),
+        else f"the same model on {STOCK_PROFILE} (stock torch ops: F.linear, SDPA, F.rms_norm, log_softmax)"
     )
+    row = _new_row(profile, models, p, cand_rt, peer)
     dev = torch.device(device)
     sides: dict[str, StepSide] = {}
     seen: list[str] = []
