@@ -27,7 +27,7 @@ def _(x: torch.Tensor) -> torch.Tensor:
 
 
 def _watch() -> StepWatch:
-    return StepWatch("ws1_watchtest", frozenset({"triton:allowed"}))
+    return StepWatch(("ws1_watchtest",), frozenset({"triton:allowed"}))
 
 
 def test_the_step_watch_passes_the_profiles_ops_glue_and_kernels() -> None:
@@ -64,6 +64,7 @@ def test_the_step_watch_names_a_kernel_the_profile_does_not_declare() -> None:
         ("call", "triton_cuda_bf16", "cuda", False, "call"),
         ("auto", "triton_cuda_bf16", "cuda", False, "step"),
         ("auto", "cuda_bf16", "cuda", False, "step"),
+        ("auto", "cuda_bf16_sm90", "cuda", False, "step"),
         ("auto", "triton_cuda_bf16", "cpu", False, "call"),  # the interpreter: no graphs, the call path
         ("auto", "portable_cpu", "cpu", False, "call"),
         ("auto", "native_torch", "cuda", True, "call"),

@@ -25,8 +25,8 @@ class StepOps:
     ]
     swiglu: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     logp: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # logits [T,V], targets [T] -> fp32 [T]
-    #: the torch library namespace of the ops (``torch.ops.<namespace>.*``): the op watch of a rollout on the
+    #: the torch library namespaces of the ops (``torch.ops.<namespace>.*``): the op watch of a rollout on the
     #: step path allows these and the step's glue, nothing else
-    namespace: str = ""
+    namespaces: tuple[str, ...] = ()
     #: kernel ids the ops may record beyond those the profile's candidates declare (a step-only kernel)
     kernels: frozenset[str] = frozenset()

@@ -54,7 +54,7 @@ def step_watch(rt: Any) -> Any:
 
     ops = step_ops(rt.profile)
     declared = frozenset().union(*(c.all_kernel_ids for c in rt.candidates.values()))
-    return StepWatch(ops.namespace, declared | ops.kernels)
+    return StepWatch(ops.namespaces, declared | ops.kernels)
 
 
 def requests(fx: Fixture) -> list[rollout.Request]:

@@ -135,7 +135,7 @@ class StepWatch:
     every kernel id recorded at a launch site must be one the profile's candidates declare or a step kernel
     of the profile (``step_kernels``). A stock module left on the step path dispatches something else."""
 
-    namespace: str
+    namespaces: tuple[str, ...]
     allowed_kernels: frozenset[str]
     recorder: _RegionRecorder = field(default_factory=_RegionRecorder)
     kernels: set[str] = field(default_factory=set)
@@ -146,15 +146,18 @@ class StepWatch:
             yield self
         self.kernels.update(log.kernels)
 
+    def is_step_op(self, op: str) -> bool:
+        """Whether ``op`` (an overload packet's name) is one of the profile's step ops."""
+        return op.split(".", 1)[0] in self.namespaces
+
     def problems(self) -> list[WatchProblem]:
         from ws1_kernels.integrations.step import STEP_GLUE_OPS
 
         ops = set().union(*self.recorder.ops.values()) if self.recorder.ops else set()
-        mine = f"{self.namespace}."
         extra = sorted(
             op
             for op in ops
-            if not op.startswith(mine) and op not in STEP_GLUE_OPS and op not in BOOKKEEPING_OPS
+            if not self.is_step_op(op) and op not in STEP_GLUE_OPS and op not in BOOKKEEPING_OPS
         )
         out = []
         if extra:

@@ -29,5 +29,5 @@ STEP_OPS = StepOps(
     attention=_attention,
     swiglu=lambda gate, up: torch.ops.ws1.swiglu_fwd(gate, up),
     logp=lambda logits, targets: torch.ops.ws1.logp_fwd(logits, targets)[0],
-    namespace="ws1",
+    namespaces=("ws1",),
 )

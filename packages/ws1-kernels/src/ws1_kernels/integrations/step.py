@@ -60,12 +60,17 @@ def step_ops(profile: str) -> StepOps:
         from ..cuda.step_ops import STEP_OPS
 
         return STEP_OPS
+    if profile == "cuda_bf16_sm90":
+        from ..cuda_sm90.step_ops import STEP_OPS as HOPPER_STEP_OPS
+
+        return HOPPER_STEP_OPS
     if profile == "triton_cuda_bf16":
         from ..triton_ops.step_ops import STEP_OPS as TRITON_STEP_OPS
 
         return TRITON_STEP_OPS
     raise KernelInputError(
-        f"step: profile {profile!r} has no inference step ops (cuda_bf16 and triton_cuda_bf16 have)"
+        f"step: profile {profile!r} has no inference step ops (cuda_bf16, cuda_bf16_sm90 and triton_cuda_bf16 "
+        "have)"
     )
 
 

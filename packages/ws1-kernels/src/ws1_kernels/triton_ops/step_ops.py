@@ -133,6 +133,6 @@ STEP_OPS = StepOps(
     attention=lambda q, k, v, key_base, n_keys, scale: _ops.attention(q, k, v, key_base, n_keys, scale),
     swiglu=lambda gate, up: _ops.swiglu(gate, up),
     logp=lambda logits, targets: _ops.logp(logits, targets),
-    namespace=_NS,
+    namespaces=(_NS,),
     kernels=frozenset({"triton:_attn_slab_fwd"}),
 )

@@ -91,7 +91,9 @@ def ws1_side(
         ids = torch.randint(0, w.embed.shape[0], (batch,), generator=gen, device=dev)
     slots = torch.arange(batch, dtype=torch.int64, device=dev)
     positions = torch.full((batch,), cache, dtype=torch.int64, device=dev)
-    record = {"path": f"ws1 step path (integrations.step), the {ops.namespace} step ops on a SlabCache"}
+    record = {
+        "path": f"ws1 step path (integrations.step), the {'/'.join(ops.namespaces)} step ops on a SlabCache"
+    }
 
     def step() -> torch.Tensor:
         plan = StepPlan.from_device(slots, positions, slab.max_len)

@@ -435,8 +435,8 @@ def graph_candidate_problems(cand: StepSide, watch: Any, stock_ids: frozenset[st
     if hit:
         out.append(f"stock kernels recorded: {', '.join(hit)}")
     ops = set().union(*watch.recorder.ops.values()) if watch.recorder.ops else set()
-    if not any(op.startswith(f"{watch.namespace}.") for op in ops):
-        out.append(f"no {watch.namespace} step op dispatched")
+    if not any(watch.is_step_op(op) for op in ops):
+        out.append(f"no step op of {'/'.join(watch.namespaces)} dispatched")
     return out
 
 
