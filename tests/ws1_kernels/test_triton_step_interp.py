@@ -131,7 +131,22 @@ def test_opcheck_sees_a_fake_of_the_wrong_shape() -> None:
 
 
 @pytest.fixture(scope="module")
-def model(tiny_one_layer):  # type: ignore[no-untyped-def]
+def small() -> tuple:  # type: ignore[type-arg]
+    """(config, weights): the tiny model cut to one layer and a 640-token vocabulary. The interpreter runs the
+    lm_head in Python: at the tiny model's 5000 tokens it was most of each step's time."""
+    import dataclasses as dc
+
+    from ws1_workload import load_manifest, synthetic_weights, tensor_shapes
+
+    m = load_manifest()
+    cfg = dc.replace(m.model("tiny"), num_layers=1, vocab=640)
+    weights = synthetic_weights(m, "tiny", names=tensor_shapes(cfg))  # the tiny model's: 5000 vocab rows
+    vocab_rows = ("model.embed_tokens.weight", "lm_head.weight")
+    return cfg, {k: (v[: cfg.vocab].clone() if k in vocab_rows else v) for k, v in weights.items()}
+
+
+@pytest.fixture(scope="module")
+def model(small):  # type: ignore[no-untyped-def]
     """The drop-in on ``triton_cuda_bf16``'s kernels with fp32 CPU tensors: the judged path of these tests.
 
     fp32 because the interpreter's bf16 ``tl.dot`` is not faithful (it returns values off by orders of
@@ -142,7 +157,7 @@ def model(tiny_one_layer):  # type: ignore[no-untyped-def]
     from ws1_kernels import registry
     from ws1_kernels.triton_ops import gemm, logprob
 
-    _m, cfg, weights, _fx = tiny_one_layer
+    cfg, weights = small
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(registry, "_device_reason", lambda cand, device: None)
         m = qwen3.build_model(qwen3.qwen3_config(cfg), weights, "triton_cuda_bf16", dtype=torch.float32)
@@ -257,7 +272,7 @@ def test_the_step_rollouts_op_watch_is_clean(model, seq_dot) -> None:  # type: i
     )
     g = torch.Generator().manual_seed(2)
     eng.run(
-        [rollout.Request(r, torch.randint(0, 5000, (n,), generator=g), 2, r) for r, n in enumerate((4, 2))]
+        [rollout.Request(r, torch.randint(0, 640, (n,), generator=g), 2, r) for r, n in enumerate((4, 2))]
     )
     assert w.problems() == []
     assert "triton:_attn_slab_fwd" in w.kernels and "triton:ws1_gemm_fixed_k" in w.kernels
@@ -297,12 +312,12 @@ def test_the_step_path_refuses_replaced_candidates_and_graphs_off_cuda(model) ->
         del rt.overrides["swiglu"]
 
 
-def _bench_pair(model, tiny_one_layer, kv_shift: int = 0):  # type: ignore[no-untyped-def]
+def _bench_pair(model, small, kv_shift: int = 0):  # type: ignore[no-untyped-def]
     """`ws1 bench --op decode_step`'s two sides (without graphs) on the same weights, ids and cached keys."""
     pytest.importorskip("ws1_harness")
     from ws1_harness.run.bench import decode_graph as dg
 
-    _m, cfg, weights, _fx = tiny_one_layer
+    cfg, weights = small
     stock = dg.stock_model(qwen3.qwen3_config(cfg), {k: v.float() for k, v in weights.items()}, "cpu")
     b, c, hkv, d = 2, 9, int(cfg.num_kv_heads), int(cfg.head_dim)
     g = torch.Generator().manual_seed(4)
@@ -315,19 +330,19 @@ def _bench_pair(model, tiny_one_layer, kv_shift: int = 0):  # type: ignore[no-un
     return mine, theirs
 
 
-def test_the_bench_decode_sides_compute_one_function(model, tiny_one_layer, seq_dot) -> None:  # type: ignore[no-untyped-def]
+def test_the_bench_decode_sides_compute_one_function(model, small, seq_dot) -> None:  # type: ignore[no-untyped-def]
     """The ws1 step path and the stock static-cache decode give one logprob on one cache (fp32, 1e-4): the two
     sides of the decode rows time the same work."""
-    mine, theirs = _bench_pair(model, tiny_one_layer)
+    mine, theirs = _bench_pair(model, small)
     assert float((mine - theirs).abs().max()) < 1e-4
 
 
-def test_bench_decode_sides_on_different_caches_differ(model, tiny_one_layer, seq_dot) -> None:  # type: ignore[no-untyped-def]
-    mine, theirs = _bench_pair(model, tiny_one_layer, kv_shift=1)
+def test_bench_decode_sides_on_different_caches_differ(model, small, seq_dot) -> None:  # type: ignore[no-untyped-def]
+    mine, theirs = _bench_pair(model, small, kv_shift=1)
     assert float((mine - theirs).abs().max()) > 1e-3
 
 
-def _graph_row(model, tiny_one_layer):  # type: ignore[no-untyped-def]
+def _graph_row(model, small):  # type: ignore[no-untyped-def]
     """One `decode_step` row of the graph pair, measured on the CPU (no graphs) with a timer that calls once."""
     pytest.importorskip("ws1_harness")
     from ws1_harness.run.bench import steps as ST
@@ -339,7 +354,7 @@ def _graph_row(model, tiny_one_layer):  # type: ignore[no-untyped-def]
             fn()
             return 1.0
 
-    _m, cfg, weights, _fx = tiny_one_layer
+    cfg, weights = small
     models = ST.Models(
         cfg, model, model, {k: v.float() for k, v in weights.items()}, qwen3.qwen3_config(cfg), "cpu"
     )
@@ -347,25 +362,21 @@ def _graph_row(model, tiny_one_layer):  # type: ignore[no-untyped-def]
     return ST.measure_graph_decode("triton_cuda_bf16", "cpu", OnceTimer(), models, p, ST.stock_kernel_ids())
 
 
-def test_a_graph_decode_row_records_what_ran_and_refuses_an_eager_peer(
-    model, tiny_one_layer, seq_dot
-) -> None:  # type: ignore[no-untyped-def]
+def test_a_graph_decode_row_records_what_ran_and_refuses_an_eager_peer(model, small, seq_dot) -> None:  # type: ignore[no-untyped-def]
     """The ws1 side's path is clean (its step ops, its kernels); on the CPU the stock side cannot be a CUDA
     graph, and a peer that is not one is an error row (never a ratio against a weakened stock)."""
-    row = _graph_row(model, tiny_one_layer)
+    row = _graph_row(model, small)
     assert "candidate_path" not in row.errors and "candidate" not in row.errors
     assert "triton:_attn_slab_fwd" in row.kernels_observed
     assert "not a CUDA graph" in row.errors["peer_path"] and row.status == "error"
     assert row.step["graph_decode"]["peer"]["cache"] == "StaticCache"
 
 
-def test_a_graph_decode_row_names_a_stock_op_on_the_ws1_side(
-    model, tiny_one_layer, seq_dot, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+def test_a_graph_decode_row_names_a_stock_op_on_the_ws1_side(model, small, seq_dot, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from ws1_kernels.integrations import step as step_mod
 
     real = step_mod.step_ops("triton_cuda_bf16")
     stock = dataclasses.replace(real, swiglu=lambda g, u: torch.nn.functional.silu(g) * u)
     monkeypatch.setattr(step_mod, "step_ops", lambda profile: stock)
-    row = _graph_row(model, tiny_one_layer)
+    row = _graph_row(model, small)
     assert "aten.silu" in row.errors["candidate_path"]
