@@ -380,3 +380,89 @@ def test_a_graph_decode_row_names_a_stock_op_on_the_ws1_side(model, small, seq_d
     monkeypatch.setattr(step_mod, "step_ops", lambda profile: stock)
     row = _graph_row(model, small)
     assert "aten.silu" in row.errors["candidate_path"]
+
+
+class _EagerGraphStep:
+    """``GraphStep``'s interface with no CUDA graph: static buffers, inputs copied in, the padded bucket run
+    eagerly. The bucket and pad bookkeeping of ``StepRunner`` is what the test below exercises on the CPU."""
+
+    def __init__(self, ops, w, cache, rows):  # type: ignore[no-untyped-def]
+        from ws1_kernels.integrations.step import StepPlan, step_forward
+
+        self.rows, self.calls = rows, 0
+        self.token_ids = torch.zeros(rows, dtype=torch.int64)
+        self.slots = torch.full((rows,), cache.scratch, dtype=torch.int64)
+        self.positions = torch.zeros(rows, dtype=torch.int64)
+
+        def run() -> torch.Tensor:
+            plan = StepPlan.from_device(self.slots, self.positions, cache.max_len)
+            return step_forward(ops, w, self.token_ids, plan, cache.k, cache.v)
+
+        self.run = run
+
+    def __call__(self, token_ids, slots, positions):  # type: ignore[no-untyped-def]
+        assert token_ids.shape[0] == self.rows  # the runner pads every step to its bucket
+        self.token_ids.copy_(token_ids)
+        self.slots.copy_(slots)
+        self.positions.copy_(positions)
+        self.calls += 1
+        with torch.no_grad():
+            return self.run()
+
+
+def _bucketed_engine(model, monkeypatch):  # type: ignore[no-untyped-def]
+    """The engine on the step path with buckets of 4 on the CPU (graphs replaced by ``_EagerGraphStep``)."""
+    from ws1_kernels.integrations import rollout, step_runner
+    from ws1_kernels.integrations.device_sampler import DeviceGumbelSampler
+
+    monkeypatch.setattr(step_runner, "GraphStep", _EagerGraphStep)
+    real_init = step_runner.StepRunner.__init__
+
+    def cpu_buckets(self, model, *, slots, max_len, graph_buckets=()):  # type: ignore[no-untyped-def]
+        real_init(self, model, slots=slots, max_len=max_len)  # the CUDA check passed over
+        self.buckets = sorted(graph_buckets)
+
+    monkeypatch.setattr(step_runner.StepRunner, "__init__", cpu_buckets)
+    g = torch.Generator().manual_seed(11)
+    vocab = model.lm_head.weight.shape[0]
+    reqs = [
+        rollout.Request(r, torch.randint(0, vocab, (n,), generator=g), new, r)
+        for r, (n, new) in enumerate(((5, 3), (2, 4), (4, 2)))
+    ]
+    eng = rollout.Engine(
+        model, DeviceGumbelSampler(7), chunk_size=3, max_running=2, path="step", graph_buckets=(4,)
+    )
+    done = eng.run(reqs)
+    assert eng.runner is not None and eng.runner.replays > 0 and eng.runner.eager_steps > 0
+    return {rid: (c.tokens, c.logprob_tensor) for rid, c in done.items()}
+
+
+def test_bucketed_steps_with_pad_rows_record_the_call_paths_bits(
+    model, call_engine, seq_dot, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The runner's buckets on the CPU (graphs replaced by an eager stand-in with the same interface): decode
+    steps padded into buckets of 4 with scratch-slot rows give the call path's tokens and logprobs bit for bit:
+    a pad row touches no real row."""
+    got = _bucketed_engine(model, monkeypatch)
+    for rid, (tokens, lps) in call_engine.items():
+        assert got[rid][0] == tokens
+        assert torch.equal(raw_bits(got[rid][1]), raw_bits(lps))
+
+
+def test_pad_rows_in_a_real_slot_are_seen(model, call_engine, seq_dot, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The control: pad rows written into slot 0 (a request's keys at position 0) instead of the scratch slot
+    must change what the engine records."""
+    from ws1_kernels.integrations import step_runner
+
+    real = step_runner.plan_rows
+
+    def pads_in_slot_0(cache, request_ids, counts, *, pad_to=None):  # type: ignore[no-untyped-def]
+        slots, positions = real(cache, request_ids, counts, pad_to=pad_to)
+        return torch.where(slots == cache.scratch, 0, slots), positions
+
+    monkeypatch.setattr(step_runner, "plan_rows", pads_in_slot_0)
+    got = _bucketed_engine(model, monkeypatch)
+    assert any(
+        got[r][0] != call_engine[r][0] or not torch.equal(raw_bits(got[r][1]), raw_bits(call_engine[r][1]))
+        for r in call_engine
+    )
