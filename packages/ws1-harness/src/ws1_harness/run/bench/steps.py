@@ -53,7 +53,9 @@ STOCK_PROFILE = "native_torch"
 DEFAULT_LAYERS = 4
 DEFAULT_TOKENS = 8192
 DEFAULT_BATCHES: tuple[int, ...] = S.DEFAULT_DECODE_M
-DEFAULT_CACHE = S.DECODE_CACHE
+# 2048 earlier tokens per request: the RL loop's decode target is set there, and at batch 256 over 36 layers
+# a cache of 4096 (the attention_decode rows' length) would need 154 GB per side, more than an H200 holds
+DEFAULT_CACHE = 2048
 # Packed samples of a training call: about one per 512 tokens, 2 to 8 of them, of varied lengths (the pattern,
 # times T / samples; the last sample takes the rest), so attention sees several causal blocks of unequal size.
 MIN_SAMPLES, MAX_SAMPLES, TOKENS_PER_SAMPLE = 2, 8, 512
