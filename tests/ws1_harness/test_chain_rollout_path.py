@@ -95,3 +95,26 @@ def test_graph_buckets_cover_the_running_requests_on_cuda_only() -> None:
 
     assert chain_rollout.graph_buckets(Fx(), "cuda") == (1, 2, 4, 8)  # type: ignore[arg-type]
     assert chain_rollout.graph_buckets(Fx(), "cpu") == ()  # type: ignore[arg-type]
+
+
+def test_a_planted_candidate_rolls_out_on_the_call_path() -> None:
+    """A chain whose path is `step` still judges a model with a replaced candidate: that rollout runs on the call
+    path (the step path would bypass the plant) and the record says so. The control: without the plant the
+    same chain asks for the step path, which portable_cpu lacks, and the rollout refuses."""
+    pytest.importorskip("transformers")
+    from ws1_harness.run.chain import Chain, ChainSettings
+    from ws1_kernels import KernelInputError, portable
+    from ws1_kernels.integrations import qwen3
+
+    chain = Chain(
+        ChainSettings(profile="portable_cpu", model="tiny", layers=1, tiers=("short",), progress=False)
+    )
+    chain.rollout_path = "step"  # as on a GPU profile
+    model = chain.model()
+    qwen3.runtime_of(model).override("swiglu", portable.swiglu, "the same swiglu, replaced")
+    cell = chain.cell("short", model=model)
+    assert cell.rollout["path"] == "call"
+    watch = next(j for j in cell.judgments if j.name == "op_watch")
+    assert watch.detail["rollout_path"] == "call"
+    with pytest.raises(KernelInputError, match="no inference step ops"):
+        chain.cell("short")

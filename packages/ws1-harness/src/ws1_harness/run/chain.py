@@ -329,13 +329,15 @@ class Chain:
         rt = qwen3.runtime_of(model)
         watch = NodeWatch(rt)
         step_watch: StepWatch | None = None
-        say(f"{tier}: rollout of {fx0.num_samples} requests on the {self.rollout_path} path (op watch on)")
-        if self.rollout_path == "step":  # no candidate call to attribute ops to: the step's own watch
+        # a replaced candidate (a planted fault) runs on the call path only: the step path would bypass it
+        path = "call" if rt.overrides else self.rollout_path
+        say(f"{tier}: rollout of {fx0.num_samples} requests on the {path} path (op watch on)")
+        if path == "step":  # no candidate call to attribute ops to: the step's own watch
             step_watch = chain_rollout.step_watch(rt)
-            ro = self.run_rollout(model, fx0, sampler=sampler, watch=step_watch.watching)
+            ro = self.run_rollout(model, fx0, sampler=sampler, watch=step_watch.watching, path=path)
         else:
             with tapped(rt, watch):
-                ro = self.run_rollout(model, fx0, sampler=sampler, watch=watch.watching)
+                ro = self.run_rollout(model, fx0, sampler=sampler, watch=watch.watching, path=path)
         say(f"{tier}: rollout done, {len(ro.trace)} steps")
         fx = ro.fixture
         upstream = self.upstream(fx)
@@ -427,7 +429,7 @@ class Chain:
                 not problems,
                 judged=not self.stock,
                 detail={
-                    "rollout_path": self.rollout_path,
+                    "rollout_path": ro.path,
                     "step_kernels_seen": sorted(step_watch.kernels) if step_watch is not None else None,
                     "nodes_watched": len(watch.sites),
                     "problems": [p.to_json() for p in problems],
@@ -493,7 +495,7 @@ class Chain:
             if not torch.equal(again.fixture.token_ids, fx.token_ids):
                 out["note"] = (
                     "the rollout is not deterministic: a rerun sampled other tokens"
-                    if self.rollout_path == "call"
+                    if ro.path == "call"
                     else "the rollout ran on the step path and was localised on the call path, which sampled "
                     "other tokens: the step path gives other bits than the call path"
                 )
