@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import torch
 
-from .errors import KernelInputError
-
 #: Tokens per weight-gradient block, aligned to each sample's position 0 (one MMA K step on the GPU).
 WGRAD_BLOCK = 16
 
@@ -27,9 +25,10 @@ def check_main_grad(where: str, weight: torch.Tensor) -> None:
     """A ``main_grad`` set by the caller must be contiguous fp32 of the weight's shape on its device.
 
     Checked in the forward (cheap); absent is fine: the backward creates it as zeros, as Megatron does. Shared by
-    every backend whose rule is ``sample_blocks_main_grad``. (Called once per candidate call: the imports are at
-    the module's top, as a function-level import costs about a microsecond a call.)
+    every backend whose rule is ``sample_blocks_main_grad``.
     """
+    from .errors import KernelInputError
+
     mg = getattr(weight, "main_grad", None)
     if mg is not None and (
         not isinstance(mg, torch.Tensor)

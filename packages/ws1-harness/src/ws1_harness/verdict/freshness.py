@@ -58,7 +58,7 @@ class Staleness:
     def message(self) -> str:
         return (
             f"{self.evidence}: {self.profile} evidence names commit {self.commit[:12]}, but "
-            f"{', '.join(self.changed)} changed since: rerun it on the GPU and replace the bundle"
+            f"{', '.join(self.changed)} changed since: rerun it where it ran and replace the bundle"
         )
 
 

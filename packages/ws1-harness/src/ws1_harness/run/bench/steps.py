@@ -386,6 +386,23 @@ def measure_side(
     return side
 
 
+def _conclude(row: R.Row, cand: StepSide, peer: StepSide, cand_path: list[str], peer_path: list[str]) -> None:
+    """A step row's times, kernels, peak memory and errors from its two measured sides and path checks: any
+    error (a side that failed, a path that is not what the row claims) makes it an error row."""
+    row.candidate_ms, row.peer_ms = cand.ms, peer.ms
+    row.kernels_observed = list(cand.kernels)
+    if cand.peak is not None or peer.peak is not None:
+        row.peak_mem_bytes = {"candidate": cand.peak, "peer": peer.peak}
+    errors = {k: v for k, v in (("candidate", cand.error), ("peer", peer.error)) if v}
+    if cand_path:
+        errors["candidate_path"] = "; ".join(cand_path)
+    if peer_path:
+        errors["peer_path"] = "; ".join(peer_path)
+    row.errors = errors
+    if errors:
+        row.status = "error"
+
+
 def _new_row(profile: str, models: Models, p: StepPoint, cand_rt: Any, peer: str) -> R.Row:
     """A step row before anything is measured: its dims, work, target and peer."""
     dims = _dims(models.cfg, p)
@@ -492,20 +509,9 @@ def measure_graph_decode(
         row.step = _step_record(p, sides.get("candidate"), sides.get("peer"), [], [], graph=records)
         return row
     cand, peer = sides["candidate"], sides["peer"]
-    row.candidate_ms, row.peer_ms = cand.ms, peer.ms
-    row.kernels_observed = list(cand.kernels)
-    if cand.peak is not None or peer.peak is not None:
-        row.peak_mem_bytes = {"candidate": cand.peak, "peer": peer.peak}
-    errors = {k: v for k, v in (("candidate", cand.error), ("peer", peer.error)) if v}
     cand_path = graph_candidate_problems(cand, watch, stock_ids) if not cand.error else []
     peer_path = graph_peer_problems(models.stock(), records["peer"]) if not peer.error else []
-    if cand_path:
-        errors["candidate_path"] = "; ".join(cand_path)
-    if peer_path:
-        errors["peer_path"] = "; ".join(peer_path)
-    row.errors = errors
-    if errors:
-        row.status = "error"
+    _conclude(row, cand, peer, cand_path, peer_path)
     row.step = _step_record(p, cand, peer, cand_path, peer_path, graph=records)
     return row
 
@@ -747,23 +753,12 @@ def measure_point(
         _drop_grads(model)
     del calls
     cand, peer = sides["candidate"], sides["peer"]
-    row.candidate_ms, row.peer_ms = cand.ms, peer.ms
-    row.kernels_observed = list(cand.kernels)
-    if cand.peak is not None or peer.peak is not None:
-        row.peak_mem_bytes = {"candidate": cand.peak, "peer": peer.peak}
-    errors = {k: v for k, v in (("candidate", cand.error), ("peer", peer.error)) if v}
     cand_path = candidate_path_problems(cand_rt, cand, peer, stock_ids) if not cand.error else []
     if stock_call is not None and stock_train is not None:
         peer_path = stock_train_problems(stock_call[0], stock_train, seen, device) if not peer.error else []
     else:
         peer_path = peer_path_problems(peer_rt, peer) if not peer.error else []
-    if cand_path:
-        errors["candidate_path"] = "; ".join(cand_path)
-    if peer_path:
-        errors["peer_path"] = "; ".join(peer_path)
-    row.errors = errors
-    if errors:
-        row.status = "error"
+    _conclude(row, cand, peer, cand_path, peer_path)
     row.step = _step_record(p, cand, peer, cand_path, peer_path)
     if stock_call is not None:
         row.step["peer_profile"] = "transformers (stock)"
