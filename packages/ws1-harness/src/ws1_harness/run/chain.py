@@ -107,8 +107,7 @@ class ChainSettings:
 def resolve_path(asked: str, profile: str, device_type: str, *, stock: bool) -> str:
     """The rollout path of a run: ``call`` or ``step``. ``auto`` takes the step path where a server would: on a
     GPU, for a profile with step ops (``ChainError`` for a ``step`` that cannot run)."""
-    from ws1_kernels.errors import KernelInputError
-    from ws1_kernels.integrations.step import step_ops
+    from ws1_kernels.integrations.step import has_step_ops
 
     if asked not in chain_rollout.ROLLOUT_PATHS:
         raise ChainError(
@@ -116,11 +115,7 @@ def resolve_path(asked: str, profile: str, device_type: str, *, stock: bool) -> 
         )
     if asked == "call":
         return "call"
-    try:
-        step_ops(profile)
-        why = None if not stock else "a stock profile runs the call path only"
-    except KernelInputError as exc:
-        why = str(exc)
+    why = has_step_ops(profile) or ("a stock profile runs the call path only" if stock else None)
     if asked == "auto":
         return "step" if why is None and device_type == "cuda" else "call"
     if why is not None:

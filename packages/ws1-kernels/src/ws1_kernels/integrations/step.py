@@ -254,6 +254,29 @@ def step_forward(
     return ops.linear(h, w.lm_head)
 
 
+def capture(fn: Any) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """Warm ``fn`` up once on a side stream (Triton compiles, tables are cached, outside the capture), then
+    capture one call in a CUDA graph: ``(graph, the call's static output)``."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.no_grad():
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        out = fn()
+    return graph, out
+
+
+def has_step_ops(profile: str) -> str | None:
+    """None when ``profile`` has step ops, else why not (one line): the chain and the bench ask it."""
+    try:
+        step_ops(profile)
+    except KernelInputError as exc:
+        return str(exc)
+    return None
+
+
 class GraphStep:
     """One CUDA graph of ``step_forward`` for a bucket of ``rows`` rows: static inputs are copied in, the graph
     replays, the static logits are read out. Capture once per bucket; replay every step of that size."""
@@ -269,14 +292,8 @@ class GraphStep:
             plan = StepPlan.from_device(self.slots, self.positions, cache.max_len)
             return step_forward(ops, w, self.token_ids, plan, cache.k, cache.v)
 
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream), torch.no_grad():
-            run()  # warm-up outside the capture (it writes only the scratch slot: every row is a pad)
-        torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph), torch.no_grad():
-            self.logits = run()
+        # the warm-up writes only the scratch slot: every row is a pad
+        self.graph, self.logits = capture(run)
 
     def __call__(self, token_ids: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if (

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ws1_harness.run.bench.stock import observed_cuda_kernels, stock_model
+from ws1_kernels.integrations.step import capture
 
 __all__ = ["PEER", "GraphSide", "fill_static_cache", "stock_model", "stock_side", "ws1_side"]
 
@@ -41,19 +42,6 @@ class GraphSide:
 
     call: Callable[[], torch.Tensor]
     record: dict[str, Any] = field(default_factory=dict)
-
-
-def _capture(fn: Callable[[], torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-    """Warm ``fn`` up on a side stream (as torch's own capture helpers do), then capture one call."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream), torch.no_grad():
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
-        out = fn()
-    return graph, out
 
 
 #: ``kv(layer) -> (k, v)``, each ``[batch, cache, Hkv, D]``: the cached keys and values both sides start from
@@ -110,7 +98,7 @@ def ws1_side(
 
     def call() -> torch.Tensor:
         if "graph" not in state:  # captured on the first call, inside the caller's op watch
-            state["graph"], state["out"] = _capture(step)
+            state["graph"], state["out"] = capture(step)
         state["graph"].replay()
         return state["out"]
 
@@ -214,7 +202,7 @@ def stock_side(
 
     def call() -> torch.Tensor:
         if "graph" not in state:
-            state["graph"], state["out"] = _capture(step)
+            state["graph"], state["out"] = capture(step)
         state["graph"].replay()
         return state["out"]
 

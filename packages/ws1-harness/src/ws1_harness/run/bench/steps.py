@@ -289,16 +289,9 @@ def build_models(profile: str, model_cfg: Any, layers: int, device: str) -> Mode
 def graph_decode(profile: str, device: str) -> bool:
     """Whether `decode_step` times the graph pair (`decode_graph`): on CUDA, for a profile with step ops. Else
     (a CPU profile) the drop-in against the drop-in on stock ops, the only decode path such a profile has."""
-    from ws1_kernels.errors import KernelInputError
-    from ws1_kernels.integrations.step import step_ops
+    from ws1_kernels.integrations.step import has_step_ops
 
-    if torch.device(device).type != "cuda":
-        return False
-    try:
-        step_ops(profile)
-    except KernelInputError:
-        return False
-    return True
+    return torch.device(device).type == "cuda" and has_step_ops(profile) is None
 
 
 def _drop_grads(model: torch.nn.Module) -> None:
