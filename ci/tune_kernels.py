@@ -445,6 +445,7 @@ def host_section(dev: torch.device) -> dict[str, Any]:
     from ws1_kernels import LayoutContext
     from ws1_kernels.triton_ops import gemm as g
     from ws1_kernels.triton_ops import logprob as lp
+    from ws1_kernels.triton_ops import step_ops  # noqa: F401 - registers torch.ops.ws1_triton
 
     out: dict[str, Any] = {}
     x = torch.randn((1, 4096), device=dev).to(BF)
@@ -460,6 +461,8 @@ def host_section(dev: torch.device) -> dict[str, Any]:
     calls = {
         "det_gemm": lambda: g.det_gemm(x, w, ctx),
         "gemm_forward": lambda: g.gemm_forward(x, w),
+        # the step path's op: torch's custom-op dispatch around the same launch (what the engine's eager steps pay)
+        "step_op_linear": lambda: torch.ops.ws1_triton.linear(x, w),
         "bare_triton_launch": bare,
         "torch_mm": lambda: torch.mm(x, w.t()),
     }

@@ -204,7 +204,7 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
         type=positive_int,
         help="decode_step: batch (repeatable; default 1, 64, 256)",
     )
-    b.add_argument("--cache", type=positive_int, help="decode_step: cached tokens per request (default 4096)")
+    b.add_argument("--cache", type=positive_int, help="decode_step: cached tokens per request (default 2048)")
 
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
