@@ -104,32 +104,39 @@ class _Embedding(torch.autograd.Function):
         if not ctx.needs_input_grad[1]:
             return None, None, None
         (token_ids,) = ctx.saved_tensors
-        weight = ctx.weight
         rows = logical_rows(ctx.lctx, dy.device)
-        mg = main_grad_of(weight)
-        if rows is None:  # only pads in this call
-            return None, None, None
-        dy = dy.contiguous()
-        ids_sorted, perm = torch.sort(token_ids[rows], stable=True)
-        rows_sorted = rows[perm]
-        n, (vocab, h) = rows.shape[0], weight.shape
-        block = min(BWD_COLUMNS, triton.next_power_of_2(h))
-        launch(
-            ws1_embedding_wgrad_runs,
-            (n, triton.cdiv(h, block)),
-            "bwd",
-            ids_sorted,
-            rows_sorted,
-            dy,
-            mg,
-            n,
-            vocab,
-            h,
-            BLOCK=block,
-            num_warps=4,
-            **COMPILE,
-        )
+        mg = main_grad_of(ctx.weight)
+        if rows is not None:  # None: only pads in this call
+            embedding_backward(token_ids, dy, rows, mg)
         return None, None, None
+
+
+def embedding_backward(
+    token_ids: torch.Tensor, dy: torch.Tensor, rows: torch.Tensor, mg: torch.Tensor
+) -> None:
+    """``mg[id] += dy[row]`` for the call's real ``rows`` (logical order): ids sorted stably, then one program
+    per run of equal ids adds its rows in logical order. The candidate's backward and the compiled training
+    op (``train_ops``) both run here."""
+    dy = dy.contiguous()
+    ids_sorted, perm = torch.sort(token_ids[rows], stable=True)
+    rows_sorted = rows[perm]
+    n, (vocab, h) = rows.shape[0], mg.shape
+    block = min(BWD_COLUMNS, triton.next_power_of_2(h))
+    launch(
+        ws1_embedding_wgrad_runs,
+        (n, triton.cdiv(h, block)),
+        "bwd",
+        ids_sorted,
+        rows_sorted,
+        dy,
+        mg,
+        n,
+        vocab,
+        h,
+        BLOCK=block,
+        num_warps=4,
+        **COMPILE,
+    )
 
 
 def embedding(token_ids: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:

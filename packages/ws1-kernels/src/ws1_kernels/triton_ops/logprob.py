@@ -708,26 +708,32 @@ class _Logp(torch.autograd.Function):
         if not ctx.needs_input_grad[0]:
             return None, None, None
         logits, targets, lse = ctx.saved_tensors
-        t, vocab = logits.shape
-        tiles = ctx.tiles
-        dl = torch.empty((t, vocab), dtype=logits.dtype, device=logits.device)
-        launch(
-            ws1_logp_bwd,
-            (triton.cdiv(t, tiles.rows), triton.cdiv(vocab, tiles.block_v)),
-            "bwd",
-            logits,
-            targets,
-            lse,
-            g,
-            g.stride(0),
-            dl,
-            t,
-            vocab,
-            ROWS=tiles.rows,
-            BLOCK_V=tiles.block_v,
-            num_warps=ctx.tiles.num_warps,
-        )
-        return dl, None, None
+        return logp_backward(logits, targets, lse, g, ctx.tiles), None, None
+
+
+def logp_backward(
+    logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor, g: torch.Tensor, tiles: LogpTiles
+) -> torch.Tensor:
+    """d logits of ``g``-weighted selected logprobs: the candidate's backward and the compiled training op's."""
+    t, vocab = logits.shape
+    dl = torch.empty((t, vocab), dtype=logits.dtype, device=logits.device)
+    launch(
+        ws1_logp_bwd,
+        (triton.cdiv(t, tiles.rows), triton.cdiv(vocab, tiles.block_v)),
+        "bwd",
+        logits,
+        targets,
+        lse,
+        g,
+        g.stride(0),
+        dl,
+        t,
+        vocab,
+        ROWS=tiles.rows,
+        BLOCK_V=tiles.block_v,
+        num_warps=tiles.num_warps,
+    )
+    return dl
 
 
 class _LinearLogp(torch.autograd.Function):

@@ -27,7 +27,7 @@ from ..backend import OpEntry
 from ..context import LayoutContext
 from ..errors import KernelInputError
 from ..main_grad import WGRAD_BLOCK, check_main_grad, main_grad_of
-from ..row_tables import block_table
+from ..row_tables import BlockTable, block_table
 from . import triton_op
 from ._launch import check_contiguous, check_device, interpreting, launch
 from ._memops import COMPILE, float_dtype, row_warps
@@ -183,54 +183,73 @@ class _Norm(torch.autograd.Function):
         do_dx, do_dw = bool(ctx.needs_input_grad[0]), bool(ctx.needs_input_grad[1])
         if not (do_dx or do_dw):
             return None, None, None, None
-        dy = dy.contiguous()
-        nh, d = ctx.shape
-        bh, bd, _ = _tile(nh, d)
-        warps = _bwd_warps(bh, bd)
         table = block_table(ctx.lctx, x.shape[0], x.device)
-        n_prog = table.n_programs if do_dx else table.n_blocks
-        dx = torch.empty_like(x) if do_dx else x  # x stands in for the unused pointer
-        bsum = torch.empty((max(table.n_blocks, 1), d), dtype=torch.float32, device=x.device) if do_dw else x
-        if n_prog:
-            launch(
-                ws1_norm_bwd_blocks,
-                (n_prog,),
-                "bwd",
-                x,
-                weight,
-                dy,
-                dx,
-                bsum,
-                table.rows,
-                table.n_blocks,
-                ctx.eps,
-                float(d),
-                nh,
-                d,
-                WB=WGRAD_BLOCK,
-                BLOCK_H=bh,
-                BLOCK_D=bd,
-                DO_DX=do_dx,
-                DO_DW=do_dw,
-                num_warps=warps,
-                **COMPILE,
-            )
-        if do_dw and table.n_blocks:
-            mg = main_grad_of(weight)
-            launch(
-                ws1_norm_wgrad_accumulate,
-                (triton.cdiv(d, ACC_COLUMNS),),
-                "bwd",
-                bsum,
-                mg,
-                table.n_blocks,
-                d,
-                BLOCK_C=ACC_COLUMNS,
-                UNROLL=ACC_UNROLL_INTERP if interpreting() else ACC_UNROLL,
-                num_warps=1,
-                **COMPILE,
-            )
-        return (dx if do_dx else None), None, None, None
+        mg = main_grad_of(weight) if do_dw and table.n_blocks else None
+        dx = norm_backward(x, weight, dy, ctx.eps, table, mg, do_dx=do_dx, do_dw=do_dw)
+        return dx, None, None, None
+
+
+def norm_backward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    dy: torch.Tensor,
+    eps: float,
+    table: BlockTable,
+    mg: torch.Tensor | None,
+    *,
+    do_dx: bool,
+    do_dw: bool,
+) -> torch.Tensor | None:
+    """dx (None unless ``do_dx``), and ``mg += dw`` block by block in ``table``'s order (``mg``: the weight's
+    main_grad, needed when ``do_dw`` and the table has blocks): the candidate's backward and the compiled
+    training op's (``train_ops``) both run here."""
+    dy = dy.contiguous()
+    nh, d = (1, x.shape[1]) if x.dim() == 2 else (x.shape[1], x.shape[2])
+    bh, bd, _ = _tile(nh, d)
+    warps = _bwd_warps(bh, bd)
+    n_prog = table.n_programs if do_dx else table.n_blocks
+    dx = torch.empty_like(x) if do_dx else x  # x stands in for the unused pointer
+    bsum = torch.empty((max(table.n_blocks, 1), d), dtype=torch.float32, device=x.device) if do_dw else x
+    if n_prog:
+        launch(
+            ws1_norm_bwd_blocks,
+            (n_prog,),
+            "bwd",
+            x,
+            weight,
+            dy,
+            dx,
+            bsum,
+            table.rows,
+            table.n_blocks,
+            eps,
+            float(d),
+            nh,
+            d,
+            WB=WGRAD_BLOCK,
+            BLOCK_H=bh,
+            BLOCK_D=bd,
+            DO_DX=do_dx,
+            DO_DW=do_dw,
+            num_warps=warps,
+            **COMPILE,
+        )
+    if do_dw and table.n_blocks:
+        assert mg is not None, "norm_backward: the weight gradient needs its main_grad"
+        launch(
+            ws1_norm_wgrad_accumulate,
+            (triton.cdiv(d, ACC_COLUMNS),),
+            "bwd",
+            bsum,
+            mg,
+            table.n_blocks,
+            d,
+            BLOCK_C=ACC_COLUMNS,
+            UNROLL=ACC_UNROLL_INTERP if interpreting() else ACC_UNROLL,
+            num_warps=1,
+            **COMPILE,
+        )
+    return dx if do_dx else None
 
 
 def _check(where: str, x: torch.Tensor, weight: torch.Tensor, eps: float, ctx: LayoutContext) -> float:

@@ -236,11 +236,18 @@ class _SwiGLU(torch.autograd.Function):
         if not (do_dg or do_du):
             return None, None
         gate, up = ctx.saved_tensors
-        dy = dy.contiguous()
-        dg = torch.empty_like(gate) if do_dg else gate  # an unused pointer stands in
-        du = torch.empty_like(up) if do_du else up
-        _ew(ws1_swiglu_bwd, "bwd", gate, up, dy, dg, du, gate.numel(), DO_DG=do_dg, DO_DU=do_du)
-        return (dg if do_dg else None), (du if do_du else None)
+        return swiglu_backward(gate, up, dy, do_dg=do_dg, do_du=do_du)
+
+
+def swiglu_backward(
+    gate: torch.Tensor, up: torch.Tensor, dy: torch.Tensor, *, do_dg: bool = True, do_du: bool = True
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(d gate, d up), each None unless asked: the candidate's backward and the compiled training op's."""
+    dy = dy.contiguous()
+    dg = torch.empty_like(gate) if do_dg else gate  # an unused pointer stands in
+    du = torch.empty_like(up) if do_du else up
+    _ew(ws1_swiglu_bwd, "bwd", gate, up, dy, dg, du, gate.numel(), DO_DG=do_dg, DO_DU=do_du)
+    return (dg if do_dg else None), (du if do_du else None)
 
 
 # (theta, head_dim, device) -> fp64 inverse frequencies [head_dim / 2]
@@ -329,20 +336,24 @@ def _rope_launch(phase: str, x: torch.Tensor, y: torch.Tensor, cs: torch.Tensor,
 class _Rope(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, cs):  # type: ignore[override]
-        y = torch.empty_like(x)
-        _rope_launch("fwd", x, y, cs, 1.0)
         ctx.save_for_backward(cs)
-        return y
+        return rope_rotate(x, cs)
 
     @staticmethod
     def backward(ctx, dy):  # type: ignore[override]
         if not ctx.needs_input_grad[0]:
             return None, None
         (cs,) = ctx.saved_tensors
-        dy = dy.contiguous()
-        dx = torch.empty_like(dy)
-        _rope_launch("bwd", dy, dx, cs, -1.0)
-        return dx, None
+        return rope_rotate(dy, cs, backward=True), None
+
+
+def rope_rotate(x: torch.Tensor, cs: torch.Tensor, *, backward: bool = False) -> torch.Tensor:
+    """``x`` rotated by the cos/sin table ``cs`` (``backward``: by its inverse, the gradient): the candidate's
+    forward and backward and the compiled training op's."""
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    _rope_launch("bwd" if backward else "fwd", x, y, cs, -1.0 if backward else 1.0)
+    return y
 
 
 def _check_rows(where: str, ctx: LayoutContext, rows: int, **tensors: torch.Tensor) -> None:
