@@ -16,7 +16,7 @@ from profiles_support import BATCH_INVARIANT_PROFILES, resolve_or_skip
 from ws1_kernels import registry
 
 DIMS = dict(hidden=192, vocab=1500, inter=160, heads=4, kv_heads=2, head_dim=64)
-# lengths cross the 16/32/64 blocks (WGRAD_BLOCK, ROW_BLOCK/QUERY_BLOCK, KEY_BLOCK)
+# lengths cross the 16/32/48/64 blocks (WGRAD_BLOCK, QUERY_BLOCK, ROW_BLOCK, KEY_BLOCK)
 BATCH = Batch((7, 70, 3, 33, 17), (3, 20, 1, 30, 5))
 
 

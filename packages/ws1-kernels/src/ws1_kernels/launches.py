@@ -4,8 +4,8 @@ Usage::
 
     with launches.observe() as log:
         y = cand.fn(x, w, ctx); y.backward(g)
-    log.kernels   # ["ws1.cpu.det_gemm.rowblock32", "ws1.cpu.det_gemm.rowblock32"]  (fwd, then bwd)
-    log.events    # [("ws1.cpu.det_gemm.rowblock32", "fwd"), ("ws1.cpu.det_gemm.rowblock32", "bwd")]
+    log.kernels   # ["ws1.cpu.det_gemm.rowblock48", "ws1.cpu.det_gemm.rowblock48"]  (fwd, then bwd)
+    log.events    # [("ws1.cpu.det_gemm.rowblock48", "fwd"), ("ws1.cpu.det_gemm.rowblock48", "bwd")]
 
 Why: a declared candidate name proves nothing (a wrapper may delegate elsewhere); the harness compares what was
 recorded at the launch sites with what the profile declares.

@@ -10,10 +10,16 @@ Reductions over a row never go through torch's reduction kernels (their split de
 outputs): ``tree_sum`` adds halves elementwise, and each elementwise add is correctly rounded whatever the
 vectorisation, so a row's sum depends only on its own values and the reduced length.
 
-Block sizes (measured with torch 2.13 CPU, MKL, 2 cores, fp32 [RB,4096]x[4096,4096] per 64 rows:
-RB=8 103 ms, 16 63 ms, 32 41 ms, 64 31 ms; lm_head 4096x151936 per 64 rows: RB=16 3.2 s, 32 2.2 s, 64 1.3 s).
-Zero-filling wastes up to RB-1 rows per call, and the decode layout calls with one token per sample, so 32 is
-the best total over the manifest's primary-tier layouts (47 row blocks at RB=16, 33 at RB=32).
+Why 48 rows: the block must be a whole number of the BLAS micro-kernel's row panels on every code path, or
+the rows past the last full panel go through an edge kernel with its own order of additions, and a row's bits
+then depend on where in the block the layout put it.  Measured with torch 2.13 and MKL on one Intel host: with
+``MKL_ENABLE_INSTRUCTIONS=AVX2`` (the path AMD hosts take too) a 32-row block gave rows 30 and 31 other bits than
+rows 0-29 (6-row panels, 32 = 5x6 + 2), while 24 and 48 rows were clean on the SSE, AVX2 and AVX-512 paths.
+48 is a multiple of 6, 8, 12, 16 and 24.  ``tests/ws1_kernels/test_row_block_position.py`` checks the property
+on every forced CPU path in CI, so a BLAS with other panels is caught rather than trusted.
+
+Speed (fp32 [RB,4096]x[4096,4096], ms per 64 rows, 2 threads, AVX-512 path): RB=24 17.0, 32 13.8, 48 12.8,
+64 11.1.  Zero-filling wastes up to RB-1 rows per call (the decode layout calls with one token per sample).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import torch
 from ..context import Segment
 from ..main_grad import WGRAD_BLOCK
 
-ROW_BLOCK = 32  # rows per GEMM call (forward and dx)
+ROW_BLOCK = 48  # rows per GEMM call (forward and dx); a multiple of every micro-kernel panel height seen
 KEY_BLOCK = 64  # attention keys per block, aligned to logical key position 0
 QUERY_BLOCK = 32  # attention queries per block, aligned to logical position 0
 VOCAB_BLOCK = 8192  # vocab columns per block (lm_head weight chunk, logp/linear_logp online logsumexp)
