@@ -385,7 +385,8 @@ GPU_PROBE = (
     "if importlib.util.find_spec('torch') is None: sys.exit(3)\n"
     "import torch\n"
     "if not torch.cuda.is_available(): sys.exit(4)\n"
-    "p = torch.cuda.get_device_capability(); print(f'{p[0]}.{p[1]}')\n"
+    "p = torch.cuda.get_device_capability()\n"
+    "print(f'{p[0]}.{p[1]}', torch.cuda.get_device_properties(0).total_memory / 2**30)\n"
 )
 
 
@@ -409,7 +410,7 @@ def _gpu_session(session: nox.Session, name: str) -> None:
 
     The builds (one per module) start first; while they compile, each profile's environment is made and the
     commands that need no build run: the GPU tests not marked `needs_build`, and the Triton and stock matrices. The
-    rest start as each build they wait for ends. At most `WS1_GPU_JOBS` (default 4) GPU commands run at once.
+    rest start as each build they wait for ends. At most `WS1_GPU_JOBS` GPU commands run at once (default: by the card's memory, `gpu_slots`).
 
     The session fails (after printing every verdict) when a build or a GPU test fails or collects nothing, or when a
     ws1 profile's shard is not PASS: red, error, timeout, an unexplained `na`, or `pending_arch` on this arch. The
@@ -423,7 +424,7 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     problem = gpu_probe_problem(name, probe.returncode)
     if problem is not None:
         session.error(problem)
-    have = probe.stdout.strip()
+    have, _, gib = probe.stdout.strip().partition(" ")
     env = {"WS1_REQUIRE_GPU": "1"}
     if have != want:
         if name == "gpu_sm86" and have == "9.0":
@@ -433,7 +434,7 @@ def _gpu_session(session: nox.Session, name: str) -> None:
         else:
             session.error(f"{name}: expected compute capability {want}, found {have}")
     args = _gpu_args(session)
-    slots_problem, slots = gpu_slots(os.environ.get("WS1_GPU_JOBS", ""))
+    slots_problem, slots = gpu_slots(os.environ.get("WS1_GPU_JOBS", ""), float(gib or 0))
     if slots_problem is not None:
         session.error(f"{name}: {slots_problem}")
     profiles, tiers = args.profiles, args.tiers
@@ -508,12 +509,21 @@ def _gpu_session(session: nox.Session, name: str) -> None:
         session.error(f"{name}: not green: {'; '.join(failures)}")
 
 
-def gpu_slots(value: str) -> tuple[str | None, int]:
-    """(why `WS1_GPU_JOBS` is unusable or None, the number of GPU commands run at once: default 4)."""
+#: GPU memory per concurrent GPU command: on an 80 GB H100 four at once ran out (a GPU test run's caching
+#: allocator held 42 GB, another command 20 GB, when a full-width lm_head matrix asked for 2.6 GB more); two fit
+GIB_PER_GPU_JOB = 32
+
+
+def gpu_slots(value: str, gib: float) -> tuple[str | None, int]:
+    """(why `WS1_GPU_JOBS` is unusable or None, the number of GPU commands run at once).
+
+    The default follows the card's memory, one command per `GIB_PER_GPU_JOB` GiB, between 1 and 4: 4 on a
+    141 GB H200, 2 on an 80 GB H100, 1 on a 24-48 GB card."""
+    default = max(1, min(4, int(gib // GIB_PER_GPU_JOB)))
     if not value.strip():
-        return None, 4
+        return None, default
     if not value.strip().isdigit() or int(value) < 1:
-        return f"WS1_GPU_JOBS must be a whole number of at least 1, got {value!r}", 4
+        return f"WS1_GPU_JOBS must be a whole number of at least 1, got {value!r}", default
     return None, int(value)
 
 

@@ -19,11 +19,6 @@ from ws1_harness.verdict import freshness
 
 #: bundle folder -> why its evidence is behind the code (to be replaced by the next GPU run)
 KNOWN_STALE: dict[str, str] = {
-    "cuda-sm86proxy-2b98fcc": (
-        "the sm86-proxy cuda_bf16 bundle: csrc/setup.py (builds the Hopper module beside it), csrc/ws1_ops.cpp and "
-        "the new csrc/binding.h (helpers shared with the Hopper binding) changed at a8ae222; no generic kernel "
-        "changed. Its rerun (nox -s gpu_sm86) was cut by the device call's time limit at 3dd0336 and is next"
-    ),
     "cuda-sm90-3dd0336": (
         "the cuda_bf16@sm90 bundle: csrc/setup.py now links the C++ runtime shared and checks the built modules "
         "(46b6ed5: the Hopper module's crash); no kernel and no binding changed. The rerun (nox -s gpu_sm86 "
@@ -34,8 +29,10 @@ KNOWN_STALE: dict[str, str] = {
         "changed; rerun with the merged H200 run next"
     ),
     "gpu-sm90-c7fbc8a": (
-        "the Triton bundle: triton_ops/embedding.py and norm.py import the row tables from the new floor "
-        "row_tables.py (de3ec39, 47ef390); no kernel changed, but the rule is the files, so it is rerun next"
+        "the Triton bundle: 4b063e8 factored the candidates' backward launches into shared functions (norm_backward, "
+        "embedding_backward, swiglu_backward, rope_rotate, logp_backward) and added the training ops; the row tables "
+        "moved into a shared floor before that. Its rerun at de7a3be on an H100 lost 2 lm_head cells to memory (four "
+        "commands at once), so it is rerun next"
     ),
 }
 

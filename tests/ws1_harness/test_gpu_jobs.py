@@ -131,12 +131,22 @@ def noxfile() -> ModuleType:
 
 @pytest.mark.parametrize(("value", "want"), [("", (None, 4)), ("2", (None, 2)), (" 8 ", (None, 8))])
 def test_gpu_slots_from_the_environment(noxfile: ModuleType, value: str, want: tuple[object, int]) -> None:
-    assert noxfile.gpu_slots(value) == want
+    assert noxfile.gpu_slots(value, 139.8) == want
+
+
+@pytest.mark.parametrize(("gib", "want"), [(139.8, 4), (79.2, 2), (47.5, 1), (23.6, 1), (0.0, 1), (640.0, 4)])
+def test_default_slots_follow_the_cards_memory(noxfile: ModuleType, gib: float, want: int) -> None:
+    """Four GPU commands at once ran an 80 GB H100 out of memory; the default must not ask that of it."""
+    assert noxfile.gpu_slots("", gib) == (None, want)
+
+
+def test_an_explicit_slot_count_overrides_the_memory_default(noxfile: ModuleType) -> None:
+    assert noxfile.gpu_slots("4", 79.2) == (None, 4)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "four", "1.5"])
 def test_a_bad_slot_count_is_named(noxfile: ModuleType, value: str) -> None:
-    problem, _ = noxfile.gpu_slots(value)
+    problem, _ = noxfile.gpu_slots(value, 79.2)
     assert problem is not None and repr(value) in problem
 
 
