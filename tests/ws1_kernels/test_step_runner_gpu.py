@@ -9,19 +9,14 @@ the logprobs."""
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import pytest
 import torch
+from cuda_only import skip_module_without_cuda
 
 pytestmark = [pytest.mark.gpu]
 
-pytest.importorskip("triton")
-pytest.importorskip("transformers")
-if not torch.cuda.is_available():
-    if os.environ.get("WS1_REQUIRE_GPU") == "1":
-        raise RuntimeError("WS1_REQUIRE_GPU=1: no CUDA device")
-    pytest.skip("no CUDA device", allow_module_level=True)
+skip_module_without_cuda("triton", "transformers")
 
 from step_support import gpu_model, raw_bits  # noqa: E402
 

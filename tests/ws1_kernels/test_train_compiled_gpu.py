@@ -8,19 +8,13 @@ v) it would otherwise round once in fp32 instead of after each bf16 add, as eage
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
+from cuda_only import skip_module_without_cuda
 
 pytestmark = [pytest.mark.gpu]
 
-pytest.importorskip("triton")
-pytest.importorskip("transformers")
-if not torch.cuda.is_available():
-    if os.environ.get("WS1_REQUIRE_GPU") == "1":
-        raise RuntimeError("WS1_REQUIRE_GPU=1: no CUDA device")
-    pytest.skip("no CUDA device", allow_module_level=True)
+skip_module_without_cuda("triton", "transformers")
 
 from step_support import gpu_model  # noqa: E402
 from train_support import bit_mismatches, judged, packed_call, trained  # noqa: E402
