@@ -195,8 +195,9 @@ def cpu_contract(session: nox.Session) -> None:
     workers = os.environ.get("WS1_PYTEST_WORKERS", "2")
     pytest_args = session.posargs or ["-m", "not gpu", "-n", workers, "--dist", "worksteal"]
     # pytest exit 5 (no tests collected) is a failure here: nox fails on any non-zero exit.
+    threads = worker_threads(workers, os.environ.get("OMP_NUM_THREADS"), os.cpu_count() or 1)
     with _step(session, "pytest"):
-        session.run("python", "-m", "pytest", *pytest_args, env={"TRITON_INTERPRET": "1"})
+        session.run("python", "-m", "pytest", *pytest_args, env={"TRITON_INTERPRET": "1", **threads})
     if session.posargs:
         return
     # The planted-fault and guard tests must turn red on every host CI may land on. The run above took this
@@ -205,7 +206,7 @@ def cpu_contract(session: nox.Session) -> None:
         with _step(session, f"planted faults on the {label} CPU path"):
             session.run(
                 "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers, *PLANTED_FAULT_TESTS,
-                env={"TRITON_INTERPRET": "1", **isa_env},
+                env={"TRITON_INTERPRET": "1", **threads, **isa_env},
             )  # fmt: skip
     out = _evidence_dir(session, "cpu_contract")
     with _step(session, "matrix portable_cpu (full widths, gated)"):
@@ -512,6 +513,18 @@ def _gpu_session(session: nox.Session, name: str) -> None:
 #: GPU memory per concurrent GPU command: on an 80 GB H100 four at once ran out (a GPU test run's caching
 #: allocator held 42 GB, another command 20 GB, when a full-width lm_head matrix asked for 2.6 GB more); two fit
 GIB_PER_GPU_JOB = 32
+
+
+def worker_threads(workers: str, omp: str | None, cores: int) -> dict[str, str]:
+    """The CPU threads each pytest-xdist worker may use, as an environment: the cores shared by the workers.
+
+    Why: each worker's torch (OpenMP, MKL) otherwise takes every core, so two workers on two cores ran four
+    spinning threads, and a test of many small calls (the split-KV decode guard) took 74-135 s where it takes 5 s
+    alone. Thread counts change no verdict here: the portable kernels' bits do not depend on them
+    (test_portable_thread_counts.py). An OMP_NUM_THREADS the caller set is kept."""
+    if omp is not None or not workers.strip().isdigit() or int(workers) < 1:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, cores // int(workers)))}
 
 
 def gpu_slots(value: str, gib: float) -> tuple[str | None, int]:

@@ -264,3 +264,28 @@ def test_an_interrupted_session_leaves_no_command_running(tmp_path: Path) -> Non
         r.run()
     assert quick.ok and quick_done.ok
     assert long.rc is not None and long.rc != 0 and long.wall_s < 15, (long.rc, long.wall_s)
+
+
+# ---- the CPU session's pytest workers
+
+
+@pytest.mark.parametrize(
+    ("workers", "omp", "cores", "want"),
+    [
+        ("2", None, 2, {"OMP_NUM_THREADS": "1"}),
+        ("2", None, 8, {"OMP_NUM_THREADS": "4"}),
+        ("4", None, 2, {"OMP_NUM_THREADS": "1"}),
+    ],
+)
+def test_workers_share_the_cores(
+    noxfile: ModuleType, workers: str, omp: str | None, cores: int, want: dict
+) -> None:
+    """Two workers on two cores must not each start two threads (four spinning threads slowed a guard 15x)."""
+    assert noxfile.worker_threads(workers, omp, cores) == want
+
+
+@pytest.mark.parametrize(("workers", "omp"), [("2", "3"), ("auto", None), ("0", None)])
+def test_a_callers_thread_count_or_an_unknown_worker_count_is_left_alone(
+    noxfile: ModuleType, workers: str, omp: str | None
+) -> None:
+    assert noxfile.worker_threads(workers, omp, 2) == {}
