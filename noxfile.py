@@ -77,12 +77,40 @@ def _install_packages(session: nox.Session, dists: list[str]) -> None:
     args: list[str] = []
     for dep in ordered:
         args += ["-e", str(PACKAGES / dep)]
-    if session.venv_backend == "none":
-        session.run(
-            "python", "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", *args
-        )
-    else:
-        session.install(*args)
+    with checkout_lock():
+        if session.venv_backend == "none":
+            session.run(
+                "python", "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", *args
+            )
+        else:
+            session.install(*args)
+
+
+def gpu_slot_dir() -> Path:
+    """The folder of the machine's GPU slot locks (ci/gpu_jobs.py) and of the checkout's install lock:
+    `$WS1_GPU_SLOT_DIR`, else one per user and set of visible devices in the system temp folder. Sessions run at
+    once on one machine (the merged run's sm86 and sm90) find the same folder, so they share the card's slots."""
+    given = os.environ.get("WS1_GPU_SLOT_DIR")
+    if given:
+        return Path(given)
+    devices = _slug(os.environ.get("CUDA_VISIBLE_DEVICES", "")) or "all"
+    return Path(tempfile.gettempdir()) / f"ws1-gpu-slots-{os.getuid()}-{devices}"
+
+
+@contextlib.contextmanager
+def checkout_lock() -> Iterator[None]:
+    """Hold the machine-wide lock on this checkout's editable installs: two sessions at once (the merged run)
+    would otherwise write the same packages' build metadata together."""
+    import fcntl
+
+    folder = gpu_slot_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "install.lock").open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def evidence_base() -> Path:
@@ -443,8 +471,11 @@ def _gpu_session(session: nox.Session, name: str) -> None:
         profiles = _proxy_profiles(session, profiles)
     _install_packages(session, _existing_packages())
     out = _evidence_dir(session, name)
+    shards_problem, shards = matrix_shards(os.environ.get("WS1_MATRIX_SHARDS", ""))
+    if shards_problem is not None:
+        session.error(f"{name}: {shards_problem}")
     jobs = load_gpu_jobs()
-    runner = jobs.JobRunner(slots, session.log)
+    runner = jobs.JobRunner(slots, session.log, slot_dir=gpu_slot_dir())
     logs = out / "logs"
     built = ROOT / "build" / f"cuda-{name}"
     builds: tuple[str, ...] = ()
@@ -462,11 +493,12 @@ def _gpu_session(session: nox.Session, name: str) -> None:
                 jobs.Job(
                     name=f"pytest -m '{marker}'", log=logs / f"pytest-{_slug(marker)}.log", after=after,
                     env={**env, "PYTHONPATH": inherited, "WS1_COLLECT_WITHOUT_BUILD": "1"} if without_build else env,
-                    cmd=[sys.executable, "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider", "-rfE"],
+                    cmd=[sys.executable, "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider", "-rfE",
+                         "--durations=15"],
                 )
             )  # fmt: skip
     runner.poll()  # the tests that need no build start now, beside the builds
-    matrices: list[tuple[Any, str, str, Path, bool]] = []
+    matrices: list[tuple[list[Any], str, str, Path, bool]] = []
 
     def add_matrices(profile: str, bin_dir: Path | None) -> None:
         """The profile's matrix jobs, full and tiny widths: added as soon as its environment exists."""
@@ -481,8 +513,26 @@ def _gpu_session(session: nox.Session, name: str) -> None:
             # full widths (the gate's --full verdict) and the tiny widths: a candidate must be green at every width
             # the gate accepts (the linear_logp weight gradient was red at tiny widths only)
             pdir = out / (profile if model == "qwen3-8b" else f"{profile}-{model}")
-            job = runner.add(_matrix_job(jobs, profile, model, tiers, pdir, penv, bin_dir, after, logs))
-            matrices.append((job, profile, model, pdir, profile not in BASELINE_PROFILES))
+            # the full widths in shards (`matrix_shards`), the tiny widths (seconds) in one command
+            count = shards if model == "qwen3-8b" else 1
+            parts = [
+                runner.add(
+                    _matrix_job(
+                        jobs,
+                        profile,
+                        model,
+                        tiers,
+                        pdir,
+                        penv,
+                        bin_dir,
+                        after,
+                        logs,
+                        (i, count) if count > 1 else None,
+                    )  # fmt: skip
+                )
+                for i in range(count)
+            ]
+            matrices.append((parts, profile, model, pdir, profile not in BASELINE_PROFILES))
         runner.poll()
 
     if args.one_env:
@@ -491,7 +541,7 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     else:
         _profile_venvs(session, name, profiles, runner.poll, add_matrices)
     runner.run()
-    record = jobs.write_times(out / "session-times.json", name, runner.jobs, runner.elapsed_s(), slots)
+    record = jobs.write_times(out / "session-times.json", name, runner.jobs, runner.elapsed_s(), slots, True)
     session.log(f"{name}: every command ended in {record['total_s']} s ({out / 'session-times.json'})")
     failures = [j.name for j in runner.jobs if not j.ok and not j.name.startswith("matrix ")]
     for job in runner.jobs:
@@ -499,11 +549,12 @@ def _gpu_session(session: nox.Session, name: str) -> None:
             session.warn(
                 f"{job.name} failed (exit {job.rc}); the end of {job.log}:\n{jobs.log_tail(job.log)}"
             )
-    for job, profile, model, pdir, gated in matrices:
-        if not job.ok:
-            failures.append(job.name)
+    for parts, profile, model, pdir, gated in matrices:
+        failed = [j.name for j in parts if not j.ok]
+        if failed:
+            failures.extend(failed)
             continue
-        problem = _judge_matrix(session, profile, model, tiers, pdir, gated)
+        problem = _judge_matrix(session, profile, model, tiers, pdir, gated, len(parts))
         if problem is not None:
             failures.append(problem)
     if failures:
@@ -688,7 +739,8 @@ def make_profile_venv(venv: Path, run: Any) -> Path:
             ).stdout.strip()  # fmt: skip
             (Path(purelib) / "_ws1_parent_env.pth").write_text("\n".join(parents) + "\n", encoding="utf-8")
     args = [a for pkg in _existing_packages() for a in ("-e", str(PACKAGES / pkg))]
-    run(str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", *args)
+    with checkout_lock():
+        run(str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", *args)  # fmt: skip
     return venv / "bin"
 
 
@@ -749,27 +801,77 @@ def _matrix_job(
     bin_dir: Path | None,
     after: tuple[str, ...],
     logs: Path,
+    shard: tuple[int, int] | None = None,
 ) -> Any:
-    """The job that sweeps one profile's matrix at one model's widths into `pdir` (exit 1, a red cell, is for the
-    gate to judge). `bin_dir`: the profile's own environment (its `ws1`), else the session's."""
+    """The job that sweeps one profile's matrix (or one shard of it: every n-th unit) at one model's widths into
+    `pdir` (exit 1, a red cell, is for the gate to judge). `bin_dir`: the profile's own environment (its `ws1`),
+    else the session's."""
     pdir.mkdir(parents=True, exist_ok=True)
     ws1 = str(bin_dir / "ws1") if bin_dir is not None else (shutil.which("ws1") or "ws1")
     tier_args = [a for t in tiers for a in ("--tier", t)]
     model_args = [] if model == "qwen3-8b" else ["--model", model]
+    shard_args = [] if shard is None else ["--shard", f"{shard[0]}/{shard[1]}"]
+    part = "" if shard is None else f" shard {shard[0]}/{shard[1]}"
+    tag = "" if shard is None else f"-shard-{shard[0]}-of-{shard[1]}"
     return jobs.Job(
-        name=f"matrix {profile} ({model})", log=logs / f"matrix-{profile}-{model}.log", env=env, after=after,
-        cmd=[ws1, "matrix", "--profile", profile, *model_args, *tier_args, "--out", str(pdir), "--force"],
-        codes=(0, 1),
+        name=f"matrix {profile} ({model}){part}", log=logs / f"matrix-{profile}-{model}{tag}.log", env=env,
+        after=after, codes=(0, 1),
+        cmd=[ws1, "matrix", "--profile", profile, *model_args, *tier_args, *shard_args, "--out", str(pdir),
+             "--force"],
     )  # fmt: skip
 
 
+#: the full-width matrix of each profile runs as this many commands (`ws1 matrix --shard i/n`), merged before it is
+#: judged: one command's units run one after another, and the heavy ones (the full-vocabulary lm_head, logp and
+#: linear_logp units) made a single Triton matrix the longest command of the sm90 session (about 270 s on an H100)
+DEFAULT_MATRIX_SHARDS = 2
+
+
+def matrix_shards(value: str) -> tuple[str | None, int]:
+    """(why `WS1_MATRIX_SHARDS` is unusable or None, the shards of each full-width matrix)."""
+    if not value.strip():
+        return None, DEFAULT_MATRIX_SHARDS
+    if not value.strip().isdigit() or not 1 <= int(value) <= 12:
+        return f"WS1_MATRIX_SHARDS must be a whole number from 1 to 12, got {value!r}", DEFAULT_MATRIX_SHARDS
+    return None, int(value)
+
+
+def matrix_evidence(pdir: Path, shards: int) -> tuple[str | None, list[Path]]:
+    """(what is wrong or None, the evidence files) of one profile's matrix in `pdir`: the one file, or the `shards`
+    shard files of this run (`<profile>[.<arch>].shard-i-of-n.json`), never a partial file nor an earlier merge."""
+    files = sorted(
+        p for p in pdir.glob("*.json") if not p.name.endswith(".partial.json") and p.parent == pdir
+    )
+    if shards == 1:
+        found = [p for p in files if ".shard-" not in p.name]
+        want = "one evidence file"
+    else:
+        found = [p for p in files if p.name.endswith(f"-of-{shards}.json") and ".shard-" in p.name]
+        want = f"{shards} shard files"
+    if len(found) != shards:
+        return f"expected {want} in {pdir}, found {len(found)}", found
+    return None, found
+
+
 def _judge_matrix(
-    session: nox.Session, profile: str, model: str, tiers: list[str], pdir: Path, gated: bool
+    session: nox.Session,
+    profile: str,
+    model: str,
+    tiers: list[str],
+    pdir: Path,
+    gated: bool,
+    shards: int = 1,
 ) -> str | None:
-    """Report and gate one profile's matrix in `pdir`; the failure, or None."""
-    evidence = sorted(p for p in pdir.glob("*.json") if not p.name.endswith(".partial.json"))
-    if len(evidence) != 1:
-        return f"{profile} ({model}): expected one evidence file in {pdir}, found {len(evidence)}"
+    """Report and gate one profile's matrix in `pdir` (its shards merged first, into `pdir/merged/`); the
+    failure, or None. The shard files stay: the merged gate merges every arch's shards itself."""
+    problem, files = matrix_evidence(pdir, shards)
+    if problem is not None:
+        return f"{profile} ({model}): {problem}"
+    evidence = files
+    if shards > 1:
+        merged = pdir / "merged" / (files[0].name.split(".shard-", 1)[0] + ".json")
+        session.run("ws1", "merge", *map(str, files), "--out", str(merged), "--force", external=True)
+        evidence = [merged]
     session.run("ws1", "report", str(evidence[0]), "--out", str(pdir), external=True)
     codes = [0] if gated else [0, 1]
     # --full needs every tier at full widths; a --tier subset or the tiny widths are a reduced verdict

@@ -64,11 +64,14 @@ for s in "$@"; do
                 compute-sanitizer --tool "$tool" --kernel-name "kns=${SANITIZE_KNS:-ws1_}" --error-exitcode 1 --print-limit 50 \
                 python3 ci/sanitize_cuda.py --profile "${SANITIZE_PROFILE:-cuda_bf16}" ${SANITIZE_M:---m 1 --m 7 --m 33}
             done ;;
-    # the merged run (docs/gpu.md): both arch sessions at this commit (each profile in its own venv), then the merged
-    # gate over their shards and the CPU shard of the same commit, a folder named by MERGED_CPU and carried to the
-    # machine (out/ is git-ignored, so `carry` takes it); MERGED_EXPECT overrides the plan
-    merged) step merged "${MERGED_LIMIT:-570}" bash -c "WS1_OUT=$ev python3 -m nox ${NOX_GLOBAL-} -s gpu_sm86 gpu_sm90; \
-              echo \"sessions rc=\$?\"; WS1_OUT=$ev python3 ci/merged_gate.py ${MERGED_CPU:?set MERGED_CPU} $ev/gpu_sm86 \
+    # the merged run (docs/gpu.md): both arch sessions at this commit, at once (each profile in its own venv; they
+    # share the card's GPU slots through lock files), then the merged gate over their shards and the CPU shard of
+    # the same commit, a folder named by MERGED_CPU and carried to the machine (out/ is git-ignored, so `carry` takes
+    # it); MERGED_EXPECT overrides the plan
+    merged) step merged "${MERGED_LIMIT:-570}" bash -c "for s in gpu_sm86 gpu_sm90; do \
+              ( WS1_OUT=$ev python3 -m nox ${NOX_GLOBAL-} -s \$s > $OUT/nox-\$s.log 2>&1; \
+                echo \"\$s rc=\$? after \$SECONDS s\" ) & done; wait; \
+              WS1_OUT=$ev python3 ci/merged_gate.py ${MERGED_CPU:?set MERGED_CPU} $ev/gpu_sm86 \
               $ev/gpu_sm90 --no-venv ${MERGED_EXPECT:---expect portable_cpu:short+primary --expect triton_cuda_bf16@sm90 \
               --expect cuda_bf16@sm90 --expect cuda_bf16_sm90@sm90 --expect cuda_bf16@sm86-proxy}" ;;
     *) echo "unknown step $s"; exit 2 ;;

@@ -8,7 +8,10 @@ judged here is batch-invariant by construction (no atomics, no split depending o
 measured in these sessions (`ws1 bench` runs alone).
 
 At most `slots` GPU commands run at once (each one's caching allocator holds memory; six test workers once
-exhausted the H200's 140 GB), and commands that use no GPU (the builds) run beside them. Each command writes its
+exhausted the H200's 140 GB), and commands that use no GPU (the builds) run beside them. With a `slot_dir` the
+slots belong to the machine, not to one session: each slot is a lock file there (`flock`), so the sm86 and sm90
+sessions run at once (the merged run) share the card's slots instead of doubling them, and the lock of a session
+that dies is released by the kernel, never left stale. Each command writes its
 own log; the session prints a line as each starts and ends, and the tail of the log of any that failed. The times
 are written to `session-times.json` beside the evidence, so the evidence says what each profile cost.
 
@@ -18,6 +21,7 @@ The noxfile imports this file; `python ci/gpu_jobs.py --help` shows nothing more
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import subprocess
@@ -54,15 +58,45 @@ class Job:
 class JobRunner:
     """Starts jobs as their slots and dependencies allow; `run()` returns once every job has ended."""
 
-    def __init__(self, slots: int, say: Callable[[str], None], poll_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        slots: int,
+        say: Callable[[str], None],
+        poll_s: float = 0.2,
+        slot_dir: Path | None = None,
+    ) -> None:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
         self.slots = slots
         self.say = say
         self.poll_s = poll_s
+        self.slot_dir = slot_dir
         self.jobs: list[Job] = []
         self._running: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
+        self._held: dict[str, int] = {}  # job name -> the slot lock file it holds (machine-wide slots)
         self._t0 = time.monotonic()
+        if slot_dir is not None:
+            slot_dir.mkdir(parents=True, exist_ok=True)
+
+    def _take_slot(self, busy: int) -> int | None:
+        """A GPU slot for one more job: its lock file's descriptor (machine-wide slots), -1 (this runner's own
+        count), or None when every slot is taken."""
+        if self.slot_dir is None:
+            return -1 if busy < self.slots else None
+        for k in range(self.slots):
+            fd = os.open(self.slot_dir / f"slot-{k}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            return fd
+        return None
+
+    def _free_slot(self, name: str) -> None:
+        fd = self._held.pop(name, -1)
+        if fd >= 0:
+            os.close(fd)  # closing the descriptor releases its lock
 
     def add(self, job: Job) -> Job:
         known = {j.name for j in self.jobs}
@@ -96,6 +130,7 @@ class JobRunner:
             job = self._by_name(name)
             job.rc, job.wall_s = rc, time.monotonic() - began
             del self._running[name]
+            self._free_slot(name)
             verdict = "done" if job.ok else f"FAILED (exit {rc})"
             self.say(f"{verdict}: {job.name} in {job.wall_s:.0f} s (log {job.log})")
         gpu_busy = sum(1 for n in self._running if self._by_name(n).gpu)
@@ -111,19 +146,27 @@ class JobRunner:
             if not all(d.ok for d in deps):
                 continue
             if job.gpu:
-                if gpu_busy >= self.slots:
+                slot = self._take_slot(gpu_busy)
+                if slot is None:
                     continue
+                self._held[job.name] = slot
                 gpu_busy += 1
-            self._start(job)
+            try:
+                self._start(job)
+            except BaseException:
+                self._free_slot(job.name)
+                raise
 
     def run(self) -> list[Job]:
         """Run every job added (also those added after an earlier `poll`) to its end; the jobs, in order.
 
-        After a poll with nothing running, every job has ended: a job whose dependencies all succeeded was started,
-        and one with a failed dependency was marked `NOT_RUN`."""
+        A job that has not ended is running, waits for a job it needs, or waits for a GPU slot (held by this
+        runner, or by another session on the machine): a job with a failed dependency is marked `NOT_RUN`, so the
+        loop ends once every job has."""
         try:
             self.poll()
-            while self._running:
+            # a job may also wait for a slot that another session holds (machine-wide slots)
+            while self._running or any(j.rc is None for j in self.jobs):
                 time.sleep(self.poll_s)
                 self.poll()
         except BaseException:  # Ctrl-C, or a failure of the session itself: no command outlives it
@@ -144,6 +187,7 @@ class JobRunner:
                 proc.wait()
             job = self._by_name(name)
             job.rc, job.wall_s = proc.returncode, time.monotonic() - began
+            self._free_slot(name)
             self.say(f"stopped: {job.name} after {job.wall_s:.0f} s")
         self._running.clear()
 
@@ -161,13 +205,20 @@ def log_tail(path: Path, lines: int = 30) -> str:
 
 
 def write_times(
-    path: Path, session: str, jobs: Sequence[Job], total_s: float, slots: int
+    path: Path,
+    session: str,
+    jobs: Sequence[Job],
+    total_s: float,
+    slots: int,
+    shared_with_machine: bool = False,
 ) -> dict[str, object]:
-    """Write the session's times (each job's start, wall time and exit status) as JSON; the record written."""
+    """Write the session's times (each job's start, wall time and exit status) as JSON; the record written.
+    `shared_with_machine`: the slots were the machine's (a concurrent session may have held some of them)."""
     record: dict[str, object] = {
         "session": session,
         "total_s": round(total_s, 1),
         "gpu_slots": slots,
+        "gpu_slots_shared_with_other_sessions": shared_with_machine,
         "jobs": [
             {
                 "name": j.name,

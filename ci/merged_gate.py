@@ -5,7 +5,8 @@
 
 A shard is picked when it is a finalised evidence file (matrix or chain) of a gated profile at full widths: the
 stock baseline (`native_torch`, recorded, expected red) and the reduced-width shards (tiers `short@tiny`...) stay
-out, and so do partial files and reports. The picked files go to `nox -s gate` (merge, report, `gate --full`),
+out, and so do partial files, reports, and a session's merge of its own shards (the shards beside it are picked:
+a merge of merges is refused). The picked files go to `nox -s gate` (merge, report, `gate --full`),
 with every `--expect`: the run's plan, so that a shard that never arrived is red rather than silently absent.
 The GPU workflows call this in their final job on the downloaded artifacts; it runs the same by hand.
 Exit: nox's (0 pass, non-zero otherwise); 2 with one line when nothing can be picked.
@@ -31,6 +32,8 @@ def shard_of(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     if not isinstance(doc, dict) or doc.get("finalised") is not True or "axes" not in doc:
+        return False
+    if doc.get("shards"):  # a session's own merge of its shards: the shards themselves are picked
         return False
     profiles = [p.split("@", 1)[0] for p in doc["axes"].get("profiles", [])]
     profiles += [c.get("profile", "").split("@", 1)[0] for c in doc.get("chain_cells", [])]

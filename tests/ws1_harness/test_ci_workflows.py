@@ -72,13 +72,13 @@ def test_building_before_the_arch_assertion_is_caught() -> None:
     assert any("before asserting" in p for p in check.problems_of("sm90", swapped))
 
 
-def _shard(path: Path, profiles: list[str], tiers: list[str], finalised: bool = True) -> Path:
+def _shard(
+    path: Path, profiles: list[str], tiers: list[str], finalised: bool = True, merged_from: int = 0
+) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        json.dumps(
-            {"finalised": finalised, "axes": {"profiles": profiles, "tiers": tiers}, "chain_cells": []}
-        )
-    )
+    doc = {"finalised": finalised, "axes": {"profiles": profiles, "tiers": tiers}, "chain_cells": []}
+    doc["shards"] = [{"file": f"part-{i}.json"} for i in range(merged_from)]
+    path.write_text(json.dumps(doc))
     return path
 
 
@@ -93,6 +93,24 @@ def test_merged_gate_picks_gated_full_width_shards_only(tmp_path: Path) -> None:
     _shard(tmp_path / "sm90" / "crashed.json", ["cuda_bf16@sm90"], ["short"], finalised=False)
     (tmp_path / "sm90" / "report.json").write_text("[1, 2]")
     assert merged_gate.pick([tmp_path]) == sorted(good)
+
+
+def test_merged_gate_picks_a_sessions_shards_not_its_merge_of_them(tmp_path: Path) -> None:
+    """A session that ran a matrix in shards merges them for its own verdict; the merged gate must take the
+    shards (a merge of a merge is refused), and the control: the same file without `shards` is picked."""
+    parts = [
+        _shard(
+            tmp_path / "t" / f"triton_cuda_bf16.sm90.shard-{i}-of-2.json",
+            ["triton_cuda_bf16@sm90"],
+            ["short"],
+        )
+        for i in range(2)
+    ]
+    merged = _shard(tmp_path / "t" / "merged" / "triton_cuda_bf16.sm90.json", ["triton_cuda_bf16@sm90"], ["short"],
+                    merged_from=2)  # fmt: skip
+    assert merged_gate.pick([tmp_path]) == sorted(parts)
+    _shard(merged, ["triton_cuda_bf16@sm90"], ["short"])
+    assert merged in merged_gate.pick([tmp_path])
 
 
 def test_merged_gate_with_nothing_to_pick_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

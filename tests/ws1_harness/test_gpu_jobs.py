@@ -104,6 +104,50 @@ def test_a_bad_job_list_is_refused(tmp_path: Path, after: tuple[str, ...], messa
         r.add(JOBS.Job(name, _sleep(0), tmp_path / "b.log", after=after))
 
 
+def _two_sessions(tmp_path: Path, dir_a: Path, dir_b: Path) -> tuple[object, object]:
+    """One GPU job in each of two runners run at once (two threads, as two sessions would be), each runner
+    with one slot in its own slot folder; the two jobs."""
+    import threading
+
+    jobs = []
+    runners = []
+    for name, slot_dir in (("a", dir_a), ("b", dir_b)):
+        r = JOBS.JobRunner(1, say=lambda _msg: None, poll_s=0.02, slot_dir=slot_dir)
+        jobs.append(r.add(JOBS.Job(name, _sleep(0.6), tmp_path / f"{name}.log")))
+        runners.append(r)
+    threads = [threading.Thread(target=r.run) for r in runners]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    base = runners[0]._t0
+    for r, j in zip(runners, jobs, strict=True):  # one clock for both: each runner counts from its own start
+        j.start_s += r._t0 - base
+    return jobs[0], jobs[1]
+
+
+def test_sessions_sharing_the_machines_slots_take_turns(tmp_path: Path) -> None:
+    a, b = _two_sessions(tmp_path, tmp_path / "slots", tmp_path / "slots")
+    assert a.ok and b.ok and not _overlap(a, b)
+
+
+def test_sessions_with_their_own_slots_run_together(tmp_path: Path) -> None:
+    """The control: the same two sessions with a slot each of their own overlap, so the test above sees the
+    shared lock, not a runner that never overlaps anything."""
+    a, b = _two_sessions(tmp_path, tmp_path / "slots-a", tmp_path / "slots-b")
+    assert a.ok and b.ok and _overlap(a, b)
+
+
+def test_a_finished_job_gives_its_machine_slot_back(tmp_path: Path) -> None:
+    r = JOBS.JobRunner(1, say=lambda _msg: None, poll_s=0.02, slot_dir=tmp_path / "slots")
+    for name in ("a", "b", "c"):
+        r.add(JOBS.Job(name, _sleep(0.05), tmp_path / f"{name}.log"))
+    r.run()
+    assert all(j.ok for j in r.jobs)
+    other = JOBS.JobRunner(1, say=lambda _msg: None, poll_s=0.02, slot_dir=tmp_path / "slots")
+    assert other._take_slot(0) is not None  # free again: no lock outlived its job
+
+
 def test_zero_slots_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         JOBS.JobRunner(0, say=print)
@@ -114,8 +158,9 @@ def test_the_times_record_every_job(tmp_path: Path) -> None:
     r.add(JOBS.Job("build", _sleep(0.1, rc=2), tmp_path / "b.log", gpu=False))
     r.add(JOBS.Job("matrix x (qwen3-8b)", _sleep(0.1), tmp_path / "m.log", after=("build",)))
     r.run()
-    record = JOBS.write_times(tmp_path / "t.json", "gpu_sm90", r.jobs, r.elapsed_s(), 2)
+    record = JOBS.write_times(tmp_path / "t.json", "gpu_sm90", r.jobs, r.elapsed_s(), 2, True)
     assert json.loads((tmp_path / "t.json").read_text()) == record
+    assert record["gpu_slots_shared_with_other_sessions"] is True
     rows = {j["name"]: j for j in record["jobs"]}
     assert rows["build"]["rc"] == 2 and rows["build"]["wall_s"] > 0 and not rows["build"]["ok"]
     assert rows["matrix x (qwen3-8b)"]["rc"] == JOBS.NOT_RUN and record["gpu_slots"] == 2
@@ -289,3 +334,86 @@ def test_a_callers_thread_count_or_an_unknown_worker_count_is_left_alone(
     noxfile: ModuleType, workers: str, omp: str | None
 ) -> None:
     assert noxfile.worker_threads(workers, omp, 2) == {}
+
+
+# ---- the full-width matrices in shards
+
+
+@pytest.mark.parametrize(("value", "want"), [("", (None, 2)), ("1", (None, 1)), (" 3 ", (None, 3))])
+def test_matrix_shards_from_the_environment(
+    noxfile: ModuleType, value: str, want: tuple[object, int]
+) -> None:
+    assert noxfile.matrix_shards(value) == want
+
+
+@pytest.mark.parametrize("value", ["0", "13", "two", "-1"])
+def test_a_bad_shard_count_is_named(noxfile: ModuleType, value: str) -> None:
+    problem, _ = noxfile.matrix_shards(value)
+    assert problem is not None and "WS1_MATRIX_SHARDS" in problem and repr(value) in problem
+
+
+def test_a_sharded_matrix_job_runs_its_part_only(noxfile: ModuleType, tmp_path: Path) -> None:
+    whole = noxfile._matrix_job(JOBS, "cuda_bf16", "qwen3-8b", ["short"], tmp_path, {}, None, (), tmp_path)
+    part = noxfile._matrix_job(
+        JOBS, "cuda_bf16", "qwen3-8b", ["short"], tmp_path, {}, None, (), tmp_path, (1, 2)
+    )
+    assert "--shard" not in whole.cmd
+    assert part.cmd[part.cmd.index("--shard") + 1] == "1/2"
+    assert part.name != whole.name and part.log != whole.log
+
+
+def _evidence(folder: Path, *names: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_text("{}")
+
+
+def test_a_sharded_matrix_is_judged_on_all_its_shards(noxfile: ModuleType, tmp_path: Path) -> None:
+    _evidence(
+        tmp_path, "t.sm90.shard-0-of-2.json", "t.sm90.shard-1-of-2.json", "t.sm90.shard-1-of-2.partial.json"
+    )
+    problem, files = noxfile.matrix_evidence(tmp_path, 2)
+    assert problem is None and [f.name for f in files] == [
+        "t.sm90.shard-0-of-2.json",
+        "t.sm90.shard-1-of-2.json",
+    ]
+
+
+def test_a_missing_shard_is_named(noxfile: ModuleType, tmp_path: Path) -> None:
+    _evidence(tmp_path, "t.sm90.shard-0-of-2.json", "t.sm90.shard-1-of-2.partial.json")
+    problem, _ = noxfile.matrix_evidence(tmp_path, 2)
+    assert problem is not None and "expected 2 shard files" in problem and "found 1" in problem
+
+
+def test_an_unsharded_matrix_ignores_shard_files(noxfile: ModuleType, tmp_path: Path) -> None:
+    _evidence(tmp_path, "t.sm90.json")
+    assert noxfile.matrix_evidence(tmp_path, 1)[0] is None
+    _evidence(tmp_path, "u.sm90.json")  # the control: two whole files are one too many
+    assert "found 2" in (noxfile.matrix_evidence(tmp_path, 1)[0] or "")
+
+
+def test_sessions_at_once_share_one_slot_folder(noxfile: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WS1_GPU_SLOT_DIR", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    first = noxfile.gpu_slot_dir()
+    assert noxfile.gpu_slot_dir() == first
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # another card has slots of its own
+    assert noxfile.gpu_slot_dir() != first
+    monkeypatch.setenv("WS1_GPU_SLOT_DIR", "/x/y")
+    assert noxfile.gpu_slot_dir() == Path("/x/y")
+
+
+def test_the_checkout_lock_admits_one_holder(
+    noxfile: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    monkeypatch.setenv("WS1_GPU_SLOT_DIR", str(tmp_path))
+    with (
+        noxfile.checkout_lock(),
+        (tmp_path / "install.lock").open("a") as other,
+        pytest.raises(BlockingIOError),
+    ):
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with (tmp_path / "install.lock").open("a") as other:  # the control: released on leaving
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
