@@ -11,7 +11,11 @@ At most `slots` GPU commands run at once (each one's caching allocator holds mem
 exhausted the H200's 140 GB), and commands that use no GPU (the builds) run beside them. With a `slot_dir` the
 slots belong to the machine, not to one session: each slot is a lock file there (`flock`), so the sm86 and sm90
 sessions run at once (the merged run) share the card's slots instead of doubling them, and the lock of a session
-that dies is released by the kernel, never left stale. Each command writes its
+that dies is released by the kernel, never left stale. The sessions take turns: a session with a command ready
+and no slot holds a ticket there (`wait-<pid>-<runner>`: how many GPU commands it has started, and since when it
+waits), and a free slot goes to the waiting session that has started the fewest (then the one waiting longest). Without the line, the session
+with the longer queue retook each slot it freed in the same poll, and the other never got one (the sm86 session
+of the merged call at 9dd0891 started no GPU command). Each command writes its
 own log; the session prints a line as each starts and ends, and the tail of the log of any that failed. The times
 are written to `session-times.json` beside the evidence, so the evidence says what each profile cost.
 
@@ -64,6 +68,7 @@ class JobRunner:
         say: Callable[[str], None],
         poll_s: float = 0.2,
         slot_dir: Path | None = None,
+        fair: bool = True,
     ) -> None:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
@@ -71,18 +76,63 @@ class JobRunner:
         self.say = say
         self.poll_s = poll_s
         self.slot_dir = slot_dir
+        self.fair = fair  # take turns with the other sessions (False: only the tests' control)
         self.jobs: list[Job] = []
         self._running: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
+        self._served = 0  # GPU commands started (the machine's line serves the least served first)
         self._held: dict[str, int] = {}  # job name -> the slot lock file it holds (machine-wide slots)
         self._t0 = time.monotonic()
         if slot_dir is not None:
             slot_dir.mkdir(parents=True, exist_ok=True)
 
+    @property
+    def _ticket(self) -> Path:
+        assert self.slot_dir is not None
+        return self.slot_dir / f"wait-{os.getpid()}-{id(self)}"
+
+    def _queue_ticket(self, served: bool = False) -> tuple[int, int]:
+        """This runner's place in the machine's line: (GPU commands it has started, since when it waits, ns).
+        Made when first needed; `served` counts one more command and moves the time to now."""
+        ticket = self._ticket
+        if served or not ticket.exists():
+            self._served += int(served)
+            draft = ticket.with_name(f".{ticket.name}.draft")  # written whole, then renamed: never read half
+            draft.write_text(f"{self._served} {time.time_ns()}", encoding="utf-8")
+            draft.replace(ticket)
+        return _read_ticket(ticket) or (self._served, time.time_ns())
+
+    def _leave_line(self) -> None:
+        if self.slot_dir is not None and self.fair:
+            self._ticket.unlink(missing_ok=True)
+
+    def _first_in_line(self) -> bool:
+        """Whether no other live session waiting for a slot has started fewer GPU commands (or as many, and
+        waited longer): the sessions take turns, whatever the length of their queues. A dead session's ticket is
+        dropped."""
+        assert self.slot_dir is not None
+        mine = self._queue_ticket()
+        for other in self.slot_dir.glob("wait-*"):
+            if other == self._ticket:
+                continue
+            place = _read_ticket(other)
+            try:
+                pid = int(other.name.split("-")[1])
+            except (ValueError, IndexError):
+                continue
+            if pid != os.getpid() and not _alive(pid):
+                other.unlink(missing_ok=True)
+                continue
+            if place is not None and place < mine:
+                return False
+        return True
+
     def _take_slot(self, busy: int) -> int | None:
         """A GPU slot for one more job: its lock file's descriptor (machine-wide slots), -1 (this runner's own
-        count), or None when every slot is taken."""
+        count), or None when every slot is taken or another session waits longer for one."""
         if self.slot_dir is None:
             return -1 if busy < self.slots else None
+        if self.fair and not self._first_in_line():
+            return None
         for k in range(self.slots):
             fd = os.open(self.slot_dir / f"slot-{k}.lock", os.O_RDWR | os.O_CREAT, 0o666)
             try:
@@ -90,6 +140,8 @@ class JobRunner:
             except OSError:
                 os.close(fd)
                 continue
+            if self.fair:
+                self._queue_ticket(served=True)  # served: behind the sessions served less
             return fd
         return None
 
@@ -134,6 +186,7 @@ class JobRunner:
             verdict = "done" if job.ok else f"FAILED (exit {rc})"
             self.say(f"{verdict}: {job.name} in {job.wall_s:.0f} s (log {job.log})")
         gpu_busy = sum(1 for n in self._running if self._by_name(n).gpu)
+        waiting = False  # a GPU job ready to start found no slot
         for job in self.jobs:
             if job.rc is not None or job.name in self._running:
                 continue
@@ -148,6 +201,7 @@ class JobRunner:
             if job.gpu:
                 slot = self._take_slot(gpu_busy)
                 if slot is None:
+                    waiting = True
                     continue
                 self._held[job.name] = slot
                 gpu_busy += 1
@@ -156,6 +210,8 @@ class JobRunner:
             except BaseException:
                 self._free_slot(job.name)
                 raise
+        if not waiting:
+            self._leave_line()
 
     def run(self) -> list[Job]:
         """Run every job added (also those added after an earlier `poll`) to its end; the jobs, in order.
@@ -172,6 +228,8 @@ class JobRunner:
         except BaseException:  # Ctrl-C, or a failure of the session itself: no command outlives it
             self.stop()
             raise
+        finally:
+            self._leave_line()
         return self.jobs
 
     def stop(self, grace_s: float = 10.0) -> None:
@@ -193,6 +251,26 @@ class JobRunner:
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self._t0
+
+
+def _read_ticket(path: Path) -> tuple[int, int] | None:
+    """A ticket's (commands started, waiting since), or None while it is being written or gone."""
+    try:
+        served, since = path.read_text(encoding="utf-8").split()
+        return int(served), int(since)
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (a session's ticket outlives a session killed outright)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def log_tail(path: Path, lines: int = 30) -> str:

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -136,6 +137,49 @@ def test_sessions_with_their_own_slots_run_together(tmp_path: Path) -> None:
     shared lock, not a runner that never overlaps anything."""
     a, b = _two_sessions(tmp_path, tmp_path / "slots-a", tmp_path / "slots-b")
     assert a.ok and b.ok and _overlap(a, b)
+
+
+def _busy_and_late(tmp_path: Path, fair: bool) -> tuple[list[object], object]:
+    """Session A queues three GPU jobs on the machine's one slot; session B's one job becomes ready while A's
+    first runs. A's jobs and B's job."""
+    import threading
+
+    slots = tmp_path / "slots"
+    a = JOBS.JobRunner(1, say=lambda _msg: None, poll_s=0.02, slot_dir=slots, fair=fair)
+    b = JOBS.JobRunner(1, say=lambda _msg: None, poll_s=0.02, slot_dir=slots, fair=fair)
+    mine = [a.add(JOBS.Job(f"a{i}", _sleep(0.4), tmp_path / f"a{i}.log")) for i in range(3)]
+    late = b.add(JOBS.Job("b", _sleep(0.2), tmp_path / "b.log"))
+    ta = threading.Thread(target=a.run)
+    ta.start()
+    time.sleep(0.1)
+    b.run()
+    ta.join()
+    late.start_s += b._t0 - a._t0  # one clock for both
+    return mine, late
+
+
+def test_a_waiting_session_gets_the_next_free_slot(tmp_path: Path) -> None:
+    mine, late = _busy_and_late(tmp_path, fair=True)
+    assert late.ok and late.start_s < mine[1].start_s  # served before A's second job
+
+
+def test_without_the_line_the_busier_session_keeps_the_slot(tmp_path: Path) -> None:
+    """The control: without turns, A retakes its slot and B waits for all three (the starved sm86 session)."""
+    mine, late = _busy_and_late(tmp_path, fair=False)
+    assert late.ok and late.start_s > mine[2].start_s
+
+
+def test_a_dead_sessions_ticket_does_not_block_the_line(tmp_path: Path) -> None:
+    slots = tmp_path / "slots"
+    slots.mkdir()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    (slots / f"wait-{dead.stdout.strip()}-1").write_text("0 1")  # the oldest ticket, of a process now gone
+    r = JOBS.JobRunner(1, say=lambda _msg: None, poll_s=0.02, slot_dir=slots)
+    job = r.add(JOBS.Job("a", _sleep(0.05), tmp_path / "a.log"))
+    r.run()
+    assert job.ok and not list(slots.glob("wait-*"))
 
 
 def test_a_finished_job_gives_its_machine_slot_back(tmp_path: Path) -> None:
