@@ -93,3 +93,50 @@ def test_the_peer_check_passes_the_stock_graph_and_names_each_weakening(stock_an
         "the peer's cache is 'DynamicCache', not StaticCache"
     ]
     assert graph_peer_problems(model, {**good, "mode": "eager"}) == ["the peer ran 'eager', not a CUDA graph"]
+
+
+class _NoProfiler:
+    """torch's profiler stand-in on a CPU host (a CUDA-only profiler has nothing to record there)."""
+
+    def __init__(self, **_kw: object) -> None:
+        pass
+
+    def __enter__(self) -> _NoProfiler:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+    def events(self) -> list[object]:
+        return []
+
+
+def _train_like() -> tuple[torch.Tensor, object]:
+    w = torch.ones(3, requires_grad=True)
+
+    def call() -> None:
+        (w * 2).sum().backward()
+
+    return w, call
+
+
+def test_a_training_peer_is_observed_with_autograd_on(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from ws1_harness.run.bench import stock
+
+    monkeypatch.setattr(torch.profiler, "profile", _NoProfiler)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    w, call = _train_like()
+    assert stock.observed_cuda_kernels(call, grad=True) == []
+    assert w.grad is not None and float(w.grad.sum()) == 6.0
+
+
+def test_a_training_peer_observed_without_autograd_fails(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The control: the old observation (no_grad) cannot run a backward, which is what left the train_step row
+    on the H200 without a peer."""
+    from ws1_harness.run.bench import stock
+
+    monkeypatch.setattr(torch.profiler, "profile", _NoProfiler)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    _, call = _train_like()
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        stock.observed_cuda_kernels(call)

@@ -58,6 +58,48 @@ def test_the_step_watch_names_a_kernel_the_profile_does_not_declare() -> None:
     assert p.items == ("triton:foreign",)
 
 
+class _ReseedingGraph:
+    """A stand-in for a captured CUDA graph: its replay dispatches what torch's replay dispatches, the CUDA
+    generator's re-seeding (``aten.fill_`` on its seed and offset tensors), and no op of the step."""
+
+    def __init__(self) -> None:
+        self.seed = torch.zeros(1, dtype=torch.int64)
+
+    def replay(self) -> None:
+        self.seed.fill_(7)
+
+
+def test_a_graph_replay_is_no_op_of_the_step() -> None:
+    from ws1_kernels.integrations.step import replay
+
+    w = _watch()
+    graph = _ReseedingGraph()
+    with w.watching():
+        replay(graph)
+    assert w.problems() == [] and int(graph.seed) == 7
+
+
+def test_the_watch_sees_the_reseeding_of_a_bare_replay() -> None:
+    """The control: the same replay called directly is seen, so the test above shows `replay` at work."""
+    w = _watch()
+    with w.watching():
+        _ReseedingGraph().replay()
+    (p,) = w.problems()
+    assert p.items == ("aten.fill_",)
+
+
+def test_ops_of_the_step_beside_a_replay_are_still_seen() -> None:
+    from ws1_kernels.integrations.step import replay
+
+    w = _watch()
+    x = torch.ones(2, 2)
+    with w.watching():
+        replay(_ReseedingGraph())
+        x @ x  # after the replay the watch is back
+    (p,) = w.problems()
+    assert p.items == ("aten.mm",)
+
+
 @pytest.mark.parametrize(
     ("asked", "profile", "device", "stock", "want"),
     [

@@ -256,16 +256,45 @@ def step_forward(
 
 def capture(fn: Any) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
     """Warm ``fn`` up once on a side stream (Triton compiles, tables are cached, outside the capture), then
-    capture one call in a CUDA graph: ``(graph, the call's static output)``."""
+    capture one call in a CUDA graph: ``(graph, the call's static output)``.
+
+    The capture's own start and end run outside any Python dispatch mode (`outside_dispatch_modes`); ``fn``
+    itself, warm-up and captured call, runs inside them, so an op watch sees every op of the step."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream), torch.no_grad():
         fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
-        out = fn()
+    capturing = torch.cuda.graph(graph)
+    with outside_dispatch_modes():
+        capturing.__enter__()
+    try:
+        with torch.no_grad():
+            out = fn()
+    except BaseException as exc:
+        with outside_dispatch_modes():
+            capturing.__exit__(type(exc), exc, exc.__traceback__)
+        raise
+    with outside_dispatch_modes():
+        capturing.__exit__(None, None, None)
     return graph, out
+
+
+def outside_dispatch_modes() -> Any:
+    """A context with every Python dispatch mode set aside (an op watch among them), for torch's own graph
+    bookkeeping: a capture's start and every replay re-seed the CUDA generator's graph-safe state with
+    ``aten.fill_`` on its seed and offset tensors. That is no op of the step, yet an op watch around a replay took
+    it for one (the decode bench's ws1 rows were red for ``aten.fill_``)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    return _disable_current_modes()
+
+
+def replay(graph: Any) -> None:
+    """Replay a captured step: its kernels only, no op dispatched (see `outside_dispatch_modes`)."""
+    with outside_dispatch_modes():
+        graph.replay()
 
 
 def has_step_ops(profile: str) -> str | None:
@@ -305,5 +334,5 @@ class GraphStep:
         self.token_ids.copy_(token_ids)
         self.slots.copy_(slots)
         self.positions.copy_(positions)
-        self.graph.replay()
+        replay(self.graph)
         return self.logits

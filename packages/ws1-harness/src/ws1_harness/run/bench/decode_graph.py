@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from ws1_harness.run.bench.stock import observed_cuda_kernels, stock_model
-from ws1_kernels.integrations.step import capture
+from ws1_kernels.integrations.step import capture, replay
 
 __all__ = ["PEER", "GraphSide", "fill_static_cache", "stock_model", "stock_side", "ws1_side"]
 
@@ -99,7 +99,7 @@ def ws1_side(
     def call() -> torch.Tensor:
         if "graph" not in state:  # captured on the first call, inside the caller's op watch
             state["graph"], state["out"] = capture(step)
-        state["graph"].replay()
+        replay(state["graph"])
         return state["out"]
 
     return GraphSide(
@@ -203,7 +203,7 @@ def stock_side(
     def call() -> torch.Tensor:
         if "graph" not in state:
             state["graph"], state["out"] = capture(step)
-        state["graph"].replay()
+        replay(state["graph"])
         return state["out"]
 
     return GraphSide(call, {**record, "mode": "cuda_graph"})

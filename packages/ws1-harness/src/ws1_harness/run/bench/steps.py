@@ -686,7 +686,7 @@ def measure_plain_side(
     try:
         prepare()
         if device == "cuda":
-            seen = observed_cuda_kernels(call)
+            seen = observed_cuda_kernels(call, grad=True)
         prepare()
         side.base, side.peak, est = _probe(device, call)
         side.ms = widened(timer, est)(call, label=label)

@@ -138,11 +138,16 @@ def packed_kwargs(lengths: tuple[int, ...] | list[int], device: Any) -> dict[str
     }
 
 
-def observed_cuda_kernels(fn: Callable[[], Any]) -> list[str]:
-    """The distinct attention kernels the CUDA profiler sees in one eager call (which backend ran)."""
+def observed_cuda_kernels(fn: Callable[[], Any], *, grad: bool = False) -> list[str]:
+    """The distinct attention kernels the CUDA profiler sees in one eager call (which backend ran).
+
+    ``grad``: the call runs a backward (the train step), so autograd stays on; a decode call runs without it.
+    The train peer's observation once ran under ``no_grad`` and its backward failed ("element 0 of tensors does
+    not require grad"), which left the train_step row without a peer."""
     from torch.profiler import ProfilerActivity, profile
 
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+    mode = torch.enable_grad() if grad else torch.no_grad()
+    with mode, profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
     names = {e.name for e in prof.events() if e.device_type.name == "CUDA"}
