@@ -471,6 +471,11 @@ def _gpu_session(session: nox.Session, name: str) -> None:
         profiles = _proxy_profiles(session, profiles)
     _install_packages(session, _existing_packages())
     out = _evidence_dir(session, name)
+    previous = set_aside_previous(out)
+    if previous is not None:
+        session.log(
+            f"{name}: the earlier run's output moved to {previous} (this run starts from an empty folder)"
+        )
     shards_problem, shards = matrix_shards(os.environ.get("WS1_MATRIX_SHARDS", ""))
     if shards_problem is not None:
         session.error(f"{name}: {shards_problem}")
@@ -564,6 +569,26 @@ def _gpu_session(session: nox.Session, name: str) -> None:
 #: GPU memory per concurrent GPU command: on an 80 GB H100 four at once ran out (a GPU test run's caching
 #: allocator held 42 GB, another command 20 GB, when a full-width lm_head matrix asked for 2.6 GB more); two fit
 GIB_PER_GPU_JOB = 32
+
+
+def set_aside_previous(out: Path) -> Path | None:
+    """Move whatever an earlier run left in a GPU session's folder to a sibling `<folder>.previous-<UTC time>`; that
+    folder, or None when there was nothing.
+
+    Why: a profile folder that still held an earlier commit's shards (a device machine once kept them under its
+    output folder) gave the merged gate files from two runs; it refuses them, but the run was lost. Moving keeps
+    the earlier files (nothing is deleted) and out of the folders the merged gate reads."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = out.with_name(f"{out.name}.previous-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = out.with_name(f"{out.name}.previous-{stamp}-{n}")
+    out.rename(target)
+    out.mkdir()
+    return target
 
 
 def worker_threads(workers: str, omp: str | None, cores: int) -> dict[str, str]:

@@ -461,3 +461,23 @@ def test_the_checkout_lock_admits_one_holder(
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     with (tmp_path / "install.lock").open("a") as other:  # the control: released on leaving
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_an_earlier_runs_output_is_set_aside_not_lost(noxfile: ModuleType, tmp_path: Path) -> None:
+    out = tmp_path / "gpu_sm90"
+    (out / "triton_cuda_bf16").mkdir(parents=True)
+    (out / "triton_cuda_bf16" / "triton_cuda_bf16.sm90.json").write_text("old")
+    moved = noxfile.set_aside_previous(out)
+    assert moved is not None and moved.parent == tmp_path and moved.name.startswith("gpu_sm90.previous-")
+    assert (moved / "triton_cuda_bf16" / "triton_cuda_bf16.sm90.json").read_text() == "old"
+    assert out.is_dir() and not any(out.iterdir())
+    (out / "x").write_text("second")  # a second earlier run in the same second gets its own folder
+    again = noxfile.set_aside_previous(out)
+    assert again is not None and again != moved and (again / "x").read_text() == "second"
+
+
+def test_an_empty_session_folder_is_left_alone(noxfile: ModuleType, tmp_path: Path) -> None:
+    out = tmp_path / "gpu_sm86"
+    out.mkdir()
+    assert noxfile.set_aside_previous(out) is None
+    assert [p.name for p in tmp_path.iterdir()] == ["gpu_sm86"]
