@@ -864,9 +864,7 @@ def matrix_shards(value: str) -> tuple[str | None, int]:
 def matrix_evidence(pdir: Path, shards: int) -> tuple[str | None, list[Path]]:
     """(what is wrong or None, the evidence files) of one profile's matrix in `pdir`: the one file, or the `shards`
     shard files of this run (`<profile>[.<arch>].shard-i-of-n.json`), never a partial file nor an earlier merge."""
-    files = sorted(
-        p for p in pdir.glob("*.json") if not p.name.endswith(".partial.json") and p.parent == pdir
-    )
+    files = sorted(p for p in pdir.glob("*.json") if not p.name.endswith(".partial.json"))
     if shards == 1:
         found = [p for p in files if ".shard-" not in p.name]
         want = "one evidence file"

@@ -13,10 +13,9 @@ slots belong to the machine, not to one session: each slot is a lock file there 
 sessions run at once (the merged run) share the card's slots instead of doubling them, and the lock of a session
 that dies is released by the kernel, never left stale. The sessions take turns: a session with a command ready
 and no slot holds a ticket there (`wait-<pid>-<runner>`: how many GPU commands it has started, and since when it
-waits), and a free slot goes to the waiting session that has started the fewest (then the one waiting longest). Without the line, the session
-with the longer queue retook each slot it freed in the same poll, and the other never got one (the sm86 session
-of the merged call at 9dd0891 started no GPU command). Each command writes its
-own log; the session prints a line as each starts and ends, and the tail of the log of any that failed. The times
+waits), and a free slot goes to the waiting session that has started the fewest (then the one waiting longest).
+Without turns, the session with the longer queue retook each slot it freed in the same poll, and the other never
+got one (the sm86 session of the merged call at 9dd0891 started no GPU command). Each command writes its own log; the session prints a line as each starts and ends, and the tail of the log of any that failed. The times
 are written to `session-times.json` beside the evidence, so the evidence says what each profile cost.
 
 The noxfile imports this file; `python ci/gpu_jobs.py --help` shows nothing more than this text (it is a library).

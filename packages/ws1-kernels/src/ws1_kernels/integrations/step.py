@@ -21,6 +21,7 @@ use the scratch slot ``slots`` at position 0: row-local kernels keep them from t
 
 from __future__ import annotations
 
+import sys
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -272,12 +273,9 @@ def capture(fn: Any) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
     try:
         with torch.no_grad():
             out = fn()
-    except BaseException as exc:
+    finally:  # the capture ends, with the exception in flight if any
         with outside_dispatch_modes():
-            capturing.__exit__(type(exc), exc, exc.__traceback__)
-        raise
-    with outside_dispatch_modes():
-        capturing.__exit__(None, None, None)
+            capturing.__exit__(*sys.exc_info())
     return graph, out
 
 
