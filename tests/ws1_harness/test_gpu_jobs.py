@@ -481,3 +481,15 @@ def test_an_empty_session_folder_is_left_alone(noxfile: ModuleType, tmp_path: Pa
     out.mkdir()
     assert noxfile.set_aside_previous(out) is None
     assert [p.name for p in tmp_path.iterdir()] == ["gpu_sm86"]
+
+
+def test_a_live_sessions_older_ticket_holds_the_slot_back(tmp_path: Path) -> None:
+    """The control of the dead-ticket test: the same ticket of a process that is alive (this test's parent) keeps
+    the free slot for that session."""
+    slots = tmp_path / "slots"
+    slots.mkdir()
+    (slots / f"wait-{os.getppid()}-1").write_text("0 1")
+    r = JOBS.JobRunner(1, say=lambda _msg: None, poll_s=0.02, slot_dir=slots)
+    assert r._take_slot(0) is None
+    (slots / f"wait-{os.getppid()}-1").unlink()
+    assert r._take_slot(0) is not None
