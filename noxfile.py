@@ -97,6 +97,16 @@ def gpu_slot_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"ws1-gpu-slots-{os.getuid()}-{devices}"
 
 
+def param_cache_dir() -> Path:
+    """The folder where a GPU run's processes share their generated parameters (`WS1_PARAM_CACHE`, read by
+    ws1_harness.run.param_cache): the variable when set, else one per user in the system temp folder, so both arch
+    sessions of the merged run draw each full-vocabulary weight once between all their matrix processes."""
+    given = os.environ.get("WS1_PARAM_CACHE")
+    if given:
+        return Path(given)
+    return Path(tempfile.gettempdir()) / f"ws1-param-cache-{os.getuid()}"
+
+
 @contextlib.contextmanager
 def checkout_lock() -> Iterator[None]:
     """Hold the machine-wide lock on this checkout's editable installs: two sessions at once (the merged run)
@@ -454,7 +464,7 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     if problem is not None:
         session.error(problem)
     have, _, gib = probe.stdout.strip().partition(" ")
-    env = {"WS1_REQUIRE_GPU": "1"}
+    env = {"WS1_REQUIRE_GPU": "1", "WS1_PARAM_CACHE": str(param_cache_dir())}
     if have != want:
         if name == "gpu_sm86" and have == "9.0":
             env["WS1_ARCH_PROXY"] = "sm86 code through the PTX JIT on an sm_90 device"

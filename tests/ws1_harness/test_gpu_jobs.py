@@ -493,3 +493,15 @@ def test_a_live_sessions_older_ticket_holds_the_slot_back(tmp_path: Path) -> Non
     assert r._take_slot(0) is None
     (slots / f"wait-{os.getppid()}-1").unlink()
     assert r._take_slot(0) is not None
+
+
+def test_sessions_at_once_share_one_parameter_folder(
+    noxfile: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both arch sessions of the merged run find the same folder of generated weights (ws1_harness.run.param_cache),
+    so each full-vocabulary weight is drawn once between them; the variable overrides it."""
+    monkeypatch.delenv("WS1_PARAM_CACHE", raising=False)
+    first = noxfile.param_cache_dir()
+    assert noxfile.param_cache_dir() == first and str(os.getuid()) in first.name
+    monkeypatch.setenv("WS1_PARAM_CACHE", "/x/params")  # the control: the variable names another folder
+    assert noxfile.param_cache_dir() == Path("/x/params") != first
