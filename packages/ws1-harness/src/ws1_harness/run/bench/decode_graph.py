@@ -18,7 +18,10 @@ Off CUDA (the CPU tests) both sides run the same calls eagerly (`graphs=False`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import inspect
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,13 +30,55 @@ import torch
 from ws1_harness.run.bench.stock import observed_cuda_kernels, stock_model
 from ws1_kernels.integrations.step import capture, replay
 
-__all__ = ["PEER", "GraphSide", "fill_static_cache", "stock_model", "stock_side", "ws1_side"]
+__all__ = [
+    "PEER",
+    "GraphSide",
+    "fill_static_cache",
+    "forced_gqa_supported",
+    "stock_model",
+    "stock_side",
+    "ws1_side",
+]
 
 #: what the record says the peer is
 PEER = (
     "stock transformers Qwen3ForCausalLM (attn_implementation='sdpa', torch's default SDPA backend), StaticCache, "
     "one decode step captured in a CUDA graph by hand"
 )
+
+
+#: transformers' own switch (integrations/sdpa_attention.py, `use_gqa_in_sdpa`) for SDPA's grouped-query attention
+#: on a masked call. By default, on CUDA, a call with a mask (a StaticCache decode always has one) first repeats each
+#: layer's cached K and V to every query head (`repeat_kv`): at 32 query and 8 KV heads that writes and reads four
+#: copies of the cache per layer, so the stock step grows with batch x cache far faster than its bytes. The bench
+#: times the peer both ways and judges against the faster: the stock a user tuning transformers would keep.
+FORCE_GQA_ENV = "TRANSFORMERS_SDPA_FORCE_GQA"
+
+
+def forced_gqa_supported() -> bool:
+    """Whether this transformers reads `FORCE_GQA_ENV` (older releases lack the switch: then there is one peer)."""
+    try:
+        from transformers.integrations import sdpa_attention
+    except ImportError:
+        return False
+    return FORCE_GQA_ENV in inspect.getsource(sdpa_attention)
+
+
+@contextlib.contextmanager
+def sdpa_gqa(forced: bool) -> Iterator[None]:
+    """`FORCE_GQA_ENV` set to 1 while the block runs when `forced`, else unset; restored after either way."""
+    before = os.environ.get(FORCE_GQA_ENV)
+    if forced:
+        os.environ[FORCE_GQA_ENV] = "1"
+    else:
+        os.environ.pop(FORCE_GQA_ENV, None)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(FORCE_GQA_ENV, None)
+        else:
+            os.environ[FORCE_GQA_ENV] = before
 
 
 @dataclass
@@ -145,10 +190,11 @@ def set_static_length(cache: Any, length: int) -> None:
 
 def stock_side(
     model: Any, batch: int, cache: int, targets: torch.Tensor, *, graphs: bool,
-    ids: torch.Tensor | None = None, kv: KV | None = None,
+    ids: torch.Tensor | None = None, kv: KV | None = None, force_gqa: bool = False,
 ) -> GraphSide:  # fmt: skip
     """The stock decode at ``batch`` rows, position ``cache``, over random cached keys (``ids``, ``kv``: as
-    ``ws1_side``)."""
+    ``ws1_side``); ``force_gqa``: SDPA's own grouped-query attention on the masked call (`FORCE_GQA_ENV`), not
+    transformers' repeated K and V."""
     cfg = model.config
     dev = next(model.parameters()).device
     hkv = int(cfg.num_key_value_heads)
@@ -178,18 +224,23 @@ def stock_side(
 
     def step() -> torch.Tensor:
         set_static_length(static, cache)
-        out = model(
-            input_ids=ids,
-            position_ids=position_ids,
-            cache_position=cache_position,
-            past_key_values=static,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        with sdpa_gqa(force_gqa):  # read by transformers while the call runs (once, at a graph's capture)
+            out = model(
+                input_ids=ids,
+                position_ids=position_ids,
+                cache_position=cache_position,
+                past_key_values=static,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         logits = out.logits[:, -1]
         return torch.log_softmax(logits.float(), -1).gather(1, targets[:, None])[:, 0]
 
-    record: dict[str, Any] = {"path": PEER, "cache": type(static).__name__}
+    record: dict[str, Any] = {
+        "path": PEER,
+        "cache": type(static).__name__,
+        "gqa": f"{FORCE_GQA_ENV}=1: SDPA's grouped-query attention" if force_gqa else "transformers' default",
+    }
     if not graphs:
 
         def eager() -> torch.Tensor:
