@@ -556,7 +556,7 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     else:
         _profile_venvs(session, name, profiles, runner.poll, add_matrices)
     runner.run()
-    record = jobs.write_times(out / "session-times.json", name, runner.jobs, runner.elapsed_s(), slots, True)
+    record = jobs.write_times(out / "session-times.json", name, runner)
     session.log(f"{name}: every command ended in {record['total_s']} s ({out / 'session-times.json'})")
     failures = [j.name for j in runner.jobs if not j.ok and not j.name.startswith("matrix ")]
     for job in runner.jobs:

@@ -29,7 +29,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 #: a job that did not run because a job it waits for failed
@@ -281,16 +281,16 @@ def log_tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def write_times(
-    path: Path,
-    session: str,
-    jobs: Sequence[Job],
-    total_s: float,
-    slots: int,
-    shared_with_machine: bool = False,
-) -> dict[str, object]:
+def write_times(path: Path, session: str, runner: JobRunner) -> dict[str, object]:
     """Write the session's times (each job's start, wall time and exit status) as JSON; the record written.
-    `shared_with_machine`: the slots were the machine's (a concurrent session may have held some of them)."""
+    The slots count as the machine's (a concurrent session may have held some of them) when the runner took them
+    from a slot folder."""
+    jobs, total_s, slots, shared_with_machine = (
+        runner.jobs,
+        runner.elapsed_s(),
+        runner.slots,
+        runner.slot_dir is not None,
+    )
     record: dict[str, object] = {
         "session": session,
         "total_s": round(total_s, 1),

@@ -202,12 +202,18 @@ def test_the_times_record_every_job(tmp_path: Path) -> None:
     r.add(JOBS.Job("build", _sleep(0.1, rc=2), tmp_path / "b.log", gpu=False))
     r.add(JOBS.Job("matrix x (qwen3-8b)", _sleep(0.1), tmp_path / "m.log", after=("build",)))
     r.run()
-    record = JOBS.write_times(tmp_path / "t.json", "gpu_sm90", r.jobs, r.elapsed_s(), 2, True)
+    record = JOBS.write_times(tmp_path / "t.json", "gpu_sm90", r)
     assert json.loads((tmp_path / "t.json").read_text()) == record
-    assert record["gpu_slots_shared_with_other_sessions"] is True
+    assert record["gpu_slots_shared_with_other_sessions"] is False  # no slot folder: the session's own slots
     rows = {j["name"]: j for j in record["jobs"]}
     assert rows["build"]["rc"] == 2 and rows["build"]["wall_s"] > 0 and not rows["build"]["ok"]
     assert rows["matrix x (qwen3-8b)"]["rc"] == JOBS.NOT_RUN and record["gpu_slots"] == 2
+    # the control: a runner taking its slots from the machine's folder says they were shared
+    shared = JOBS.JobRunner(2, say=lambda _msg: None, poll_s=0.02, slot_dir=tmp_path / "slots")
+    assert (
+        JOBS.write_times(tmp_path / "s.json", "gpu_sm86", shared)["gpu_slots_shared_with_other_sessions"]
+        is True
+    )
 
 
 # ---- how the noxfile splits a session
