@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import re
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -13,6 +16,72 @@ MATRIX_NAME = re.compile(r"^([a-z0-9_]+)\.sm\d+[a-z]?(-proxy)?\.json$")
 #: a CPU shard carries no arch in its name (the committed CPU shard of the merged run)
 CPU_MATRIX_NAME = re.compile(r"^(portable_cpu|native_torch)\.json$")
 CHAIN_NAME = re.compile(r"^chain-([a-z0-9_]+)\.sm\d+[a-z]?(-proxy)?-L\d+\.json$")
+#: one of the shards of a matrix run as `ws1 matrix --shard i/n` (the GPU sessions' full-width matrices):
+#: `<profile>.<arch>.shard-<i>-of-<n>.json`, all n of them in one folder
+SHARD_NAME = re.compile(r"^([a-z0-9_]+)\.(sm\d+[a-z]?(?:-proxy)?)\.shard-(\d+)-of-(\d+)\.json$")
+
+
+@dataclass(frozen=True)
+class MatrixSet:
+    """One matrix run's evidence: a single file, or the n shard files of one sharded run in one folder."""
+
+    profile: str
+    arch: str  # "cpu" for a CPU shard, whose name carries no arch
+    files: tuple[Path, ...]
+    shards: int  # 0: a single file
+
+    @property
+    def folder(self) -> Path:
+        return self.files[0].parent
+
+    @property
+    def bundle(self) -> str:
+        """The folder under docs/evidence that holds it."""
+        return self.files[0].relative_to(EVIDENCE).parts[0]
+
+    @property
+    def tiny(self) -> bool:
+        return self.folder.name.endswith("-tiny")
+
+    @property
+    def label(self) -> str:
+        return str(self.folder.relative_to(EVIDENCE) / f"{self.profile}.{self.arch}")
+
+    def missing_shards(self) -> list[int]:
+        """The shard numbers of a sharded run with no file here (a set the merged gate would refuse)."""
+        have = {int(SHARD_NAME.match(p.name).group(3)) for p in self.files}  # type: ignore[union-attr]
+        return [i for i in range(self.shards) if i not in have]
+
+
+def matrix_sets() -> list[MatrixSet]:
+    """Every committed matrix run: each single file, and each folder's shards of one run grouped into one set."""
+    sets: list[MatrixSet] = []
+    groups: dict[tuple[Path, str, str, int], list[Path]] = {}
+    for path in sorted(EVIDENCE.rglob("*.json")):
+        single = MATRIX_NAME.match(path.name)
+        if single:
+            sets.append(MatrixSet(single.group(1), path.name.split(".")[1], (path,), 0))
+        elif CPU_MATRIX_NAME.match(path.name):
+            sets.append(MatrixSet(path.name.split(".")[0], "cpu", (path,), 0))
+        elif shard := SHARD_NAME.match(path.name):
+            key = (path.parent, shard.group(1), shard.group(2), int(shard.group(4)))
+            groups.setdefault(key, []).append(path)
+    for (_, profile, arch, n), files in groups.items():
+        sets.append(MatrixSet(profile, arch, tuple(sorted(files)), n))
+    return sorted(sets, key=lambda s: s.label)
+
+
+def set_file(matrix: MatrixSet, tmp: Path) -> Path:
+    """The file the gate reads for a set: the single file, or its shards merged by `ws1 merge` into `tmp`."""
+    if not matrix.shards:
+        return matrix.files[0]
+    assert not matrix.missing_shards(), f"{matrix.label}: shards {matrix.missing_shards()} are not committed"
+    from ws1_harness.cli import main
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    out = tmp / f"{matrix.profile}.{matrix.arch}.json"
+    assert main(["merge", *map(str, matrix.files), "--out", str(out)]) == 0, matrix.label
+    return out
 
 
 def matrix_files() -> list[Path]:
@@ -20,19 +89,59 @@ def matrix_files() -> list[Path]:
 
 
 def evidence_files() -> list[tuple[Path, str, bool]]:
-    """(path, profile, is a chain file) of every matrix and chain file."""
+    """(path, profile, is a chain file) of every matrix file (single, CPU or shard) and chain file."""
     out = []
     for path in sorted(EVIDENCE.rglob("*.json")):
-        m = MATRIX_NAME.match(path.name) or CPU_MATRIX_NAME.match(path.name)
+        m = MATRIX_NAME.match(path.name) or CPU_MATRIX_NAME.match(path.name) or SHARD_NAME.match(path.name)
         c = CHAIN_NAME.match(path.name)
         if m or c:
             out.append((path, (m or c).group(1), bool(c)))  # type: ignore[union-attr]
     return out
 
 
-#: the committed cuda_bf16 shards of sm90 and of the sm86 proxy (the merge, environment and per-arch report tests)
-CUDA_SM90 = sorted(EVIDENCE.glob("cuda-sm90-*/cuda_bf16/cuda_bf16.sm90.json"))
-CUDA_PROXY = sorted(EVIDENCE.glob("cuda-sm86proxy-*/cuda_bf16/cuda_bf16.sm86-proxy.json"))
+#: Bundles whose full-width matrix is kept only beside the 36-layer chain of the same run (a chain merges only with
+#: a matrix of its own commit), not as the current matrix of its (profile, arch): folder -> why.
+CHAIN_COMPANIONS: dict[str, str] = {
+    "gpu-sm90-c7fbc8a": (
+        "the 36-layer triton_cuda_bf16 chain (parity 0, H200) and the matrix of its run; the chain's rerun at "
+        "473ee98 ran out of memory on the H100 that was lent (80 GB), so the newer matrix in merged-h100-473ee98 "
+        "has no chain of its own commit yet"
+    ),
+}
+
+
+def current_set(profile: str, arch: str) -> MatrixSet:
+    """The one full-width committed matrix of (profile, arch) (test_committed_evidence holds it to one); a chain
+    companion's matrix is not current."""
+    found = [
+        s
+        for s in matrix_sets()
+        if (s.profile, s.arch) == (profile, arch) and not s.tiny and s.bundle not in CHAIN_COMPANIONS
+    ]
+    assert len(found) == 1, (
+        f"{profile}@{arch}: expected one current full-width matrix, found {[s.label for s in found]}"
+    )
+    return found[0]
+
+
+_CURRENT_DIR = Path(tempfile.mkdtemp(prefix="ws1-current-evidence-"))
+
+
+@functools.cache
+def current_file(profile: str, arch: str) -> Path:
+    """`current_set`'s file for the gate: its shards merged once per test process."""
+    return set_file(current_set(profile, arch), _CURRENT_DIR / f"{profile}.{arch}")
+
+
+def cuda_sm90() -> Path:
+    """The committed cuda_bf16@sm90 matrix (the merge, environment and per-arch report tests)."""
+    return current_file("cuda_bf16", "sm90")
+
+
+def cpu_portable() -> Path:
+    """The committed CPU shard of the merged run (portable_cpu at full widths, the CPU session's short and primary
+    tiers)."""
+    return current_file("portable_cpu", "cpu")
 
 
 def same_commit(ref: Path, shard: Path, tmp: Path) -> Path:
@@ -53,33 +162,29 @@ def same_commit(ref: Path, shard: Path, tmp: Path) -> Path:
     return copy
 
 
-def _merged(first: Path, second: Path, tmp: Path) -> Path:
-    """`first` and `second` merged by `ws1 merge` into `tmp/merged.json` (which must succeed)."""
+def _merged(files: list[Path], tmp: Path) -> Path:
+    """`files` (original shards, never a merged file: the merge refuses those) merged by `ws1 merge` into
+    `tmp/merged.json` (which must succeed)."""
     from ws1_harness.cli import main
 
     out = tmp / "merged.json"
-    assert main(["merge", str(first), str(second), "--out", str(out)]) == 0
+    assert main(["merge", *map(str, files), "--out", str(out)]) == 0
     return out
 
 
-def cuda_shard_pair(tmp: Path) -> tuple[Path, Path]:
-    """The committed sm90 and sm86-proxy cuda_bf16 shards as one commit's pair (`same_commit`)."""
-    assert len(CUDA_SM90) == 1 and len(CUDA_PROXY) == 1, (CUDA_SM90, CUDA_PROXY)
-    return CUDA_SM90[0], same_commit(CUDA_SM90[0], CUDA_PROXY[0], tmp)
+def _one_commit(ref: Path, files: tuple[Path, ...], tmp: Path) -> list[Path]:
+    return [same_commit(ref, f, tmp) for f in files]
 
 
 def merged_cuda_pair(tmp: Path) -> Path:
-    """The pair of `cuda_shard_pair` merged into `tmp/merged.json`."""
-    return _merged(*cuda_shard_pair(tmp / "pair"), tmp)
-
-
-#: the committed CPU shard of the merged run (portable_cpu at full widths, the CPU session's short and primary tiers)
-CPU_PORTABLE = sorted(EVIDENCE.glob("cpu-portable-*/portable_cpu.json"))
+    """The committed sm90 and sm86-proxy cuda_bf16 matrices (every shard of each) as one commit's files
+    (`same_commit`), merged into `tmp/merged.json`."""
+    sm90, proxy = current_set("cuda_bf16", "sm90").files, current_set("cuda_bf16", "sm86-proxy").files
+    return _merged([*sm90, *_one_commit(sm90[0], proxy, tmp / "pair")], tmp)
 
 
 def merged_cpu_gpu(tmp: Path) -> Path:
-    """The committed CPU shard and the sm90 cuda_bf16 shard (`same_commit` as the CPU one) merged into
+    """The committed CPU shard and the sm90 cuda_bf16 matrix (`same_commit` as the CPU one) merged into
     `tmp/merged.json`."""
-    assert len(CPU_PORTABLE) == 1 and len(CUDA_SM90) == 1, (CPU_PORTABLE, CUDA_SM90)
-    cpu = CPU_PORTABLE[0]
-    return _merged(cpu, same_commit(cpu, CUDA_SM90[0], tmp), tmp)
+    cpu = current_set("portable_cpu", "cpu").files
+    return _merged([*cpu, *_one_commit(cpu[0], current_set("cuda_bf16", "sm90").files, tmp / "pair")], tmp)

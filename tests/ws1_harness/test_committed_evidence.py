@@ -12,7 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from evidence_files import CPU_PORTABLE, EVIDENCE, MATRIX_NAME, matrix_files
+from evidence_files import (
+    CHAIN_COMPANIONS,
+    EVIDENCE,
+    MATRIX_NAME,
+    SHARD_NAME,
+    MatrixSet,
+    current_set,
+    matrix_sets,
+    set_file,
+)
 
 from ws1_harness import cli
 
@@ -20,24 +29,42 @@ from ws1_harness import cli
 BASELINES = frozenset({"native_torch"})
 
 
-def _matrix_files() -> list[Path]:
-    return matrix_files()
+def _sets() -> list[MatrixSet]:
+    """Every committed matrix run, single file or sharded (`evidence_files.matrix_sets`)."""
+    return matrix_sets()
+
+
+def _label(s: MatrixSet) -> str:
+    return s.label
 
 
 def test_there_is_committed_gpu_evidence() -> None:
-    assert _matrix_files(), "no matrix evidence under docs/evidence: the bundle index points at nothing"
+    assert [s for s in _sets() if s.arch != "cpu"], "no GPU matrix evidence under docs/evidence"
 
 
-@pytest.mark.parametrize("path", _matrix_files(), ids=lambda p: str(p.relative_to(EVIDENCE)))
-def test_every_committed_matrix_file_gets_the_verdict_it_claims(path: Path) -> None:
-    profile = path.name.split(".", 1)[0]
+@pytest.mark.parametrize("matrix", _sets(), ids=_label)
+def test_every_committed_matrix_gets_the_verdict_it_claims(matrix: MatrixSet, tmp_path: Path) -> None:
+    """Each single file, and each sharded run's shards merged as the merged gate merges them."""
+    path = set_file(matrix, tmp_path)
     code = cli.main(["gate", str(path)])
-    if profile in BASELINES:
-        assert code == 1, f"{path}: the baseline must gate red with a verdict (exit 1), got {code}"
+    if matrix.profile in BASELINES:
+        assert code == 1, f"{matrix.label}: the baseline must gate red with a verdict (exit 1), got {code}"
     else:
         assert code == 0, (
-            f"{path}: the shipped gate refuses committed evidence (exit {code}); replace the bundle"
+            f"{matrix.label}: the shipped gate refuses committed evidence (exit {code}); replace the bundle"
         )
+
+
+def test_a_sharded_run_missing_a_shard_is_named(tmp_path: Path) -> None:
+    """A committed sharded run must hold all its shards; the control: a complete run has none missing."""
+    sharded = [s for s in _sets() if s.shards]
+    assert sharded, "no sharded run is committed: the sets above never merged shards"
+    whole = sharded[0]
+    assert whole.missing_shards() == []
+    lost = MatrixSet(whole.profile, whole.arch, whole.files[1:], whole.shards)
+    assert lost.missing_shards() == [0]
+    with pytest.raises(AssertionError, match="shards \\[0\\] are not committed"):
+        set_file(lost, tmp_path)
 
 
 def test_the_matrix_name_pattern_takes_proxy_shards_and_nothing_else() -> None:
@@ -47,57 +74,77 @@ def test_the_matrix_name_pattern_takes_proxy_shards_and_nothing_else() -> None:
         "chain-triton_cuda_bf16.sm90-L36.json",
         "bench-cuda_bf16-cuda.json",
         "cuda_bf16.sm90.partial.json",
+        "cuda_bf16.sm90.shard-0-of-2.json",
     ):
         assert not MATRIX_NAME.match(name), name
+    assert SHARD_NAME.match("cuda_bf16.sm86-proxy.shard-1-of-2.json")
+    for name in ("cuda_bf16.sm90.shard-0-of-2.partial.json", "cuda_bf16.sm90.json"):
+        assert not SHARD_NAME.match(name), name
 
 
 @pytest.mark.parametrize(
-    "path",
-    [
-        p
-        for p in _matrix_files()
-        if not p.parent.name.endswith("-tiny") and p.name.split(".")[0] not in BASELINES
-    ],
-    ids=lambda p: str(p.relative_to(EVIDENCE)),
+    "matrix",
+    [s for s in _sets() if not s.tiny and s.arch != "cpu" and s.profile not in BASELINES],
+    ids=_label,
 )
-def test_every_full_width_bundle_passes_the_full_gate(path: Path) -> None:
+def test_every_full_width_bundle_passes_the_full_gate(matrix: MatrixSet, tmp_path: Path) -> None:
     """`--full` demands every operator at every tier at full widths: what the bundle index claims."""
-    assert cli.main(["gate", "--full", str(path)]) == 0, path
+    assert cli.main(["gate", "--full", str(set_file(matrix, tmp_path))]) == 0, matrix.label
 
 
 def test_one_current_bundle_per_profile_and_arch() -> None:
-    """Two folders holding a full-width matrix of the same (profile, arch) would leave the current one unclear."""
-    seen: dict[tuple[str, str], Path] = {}
-    for path in _matrix_files():
-        if path.parent.name.endswith("-tiny"):
+    """Two folders holding a full-width matrix of the same (profile, arch) would leave the current one unclear;
+    a sharded run counts once."""
+    seen: dict[tuple[str, str], str] = {}
+    for matrix in _sets():
+        if matrix.tiny or matrix.bundle in CHAIN_COMPANIONS:
             continue
-        key = path.name[: -len(".json")].rsplit(".", 1)
-        bundle = path.relative_to(EVIDENCE).parts[0]
-        other = seen.setdefault((key[0], key[1]), Path(bundle))
-        assert other == Path(bundle), f"{key} in both {other} and {bundle}"
+        other = seen.setdefault((matrix.profile, matrix.arch), matrix.label)
+        assert other == matrix.label, f"{matrix.profile}@{matrix.arch} in both {other} and {matrix.label}"
 
 
-def test_the_current_triton_bundle_passes_full_with_its_36_layer_chain(tmp_path: Path) -> None:
-    """The full-width matrix and the 36-layer chain shards merge and pass `gate --full --require-chain`."""
-    matrices = [
-        p
-        for p in _matrix_files()
-        if p.name.startswith("triton_cuda_bf16.") and p.parent.name == "triton_cuda_bf16"
-    ]
-    assert len(matrices) == 1, matrices
-    bundle = matrices[0].parent.parent
+def _chain_bundles() -> list[str]:
+    return sorted(
+        {p.relative_to(EVIDENCE).parts[0] for p in EVIDENCE.rglob("chain-triton_cuda_bf16.*-L36.json")}
+    )
+
+
+def test_the_36_layer_chain_passes_full_with_its_own_runs_matrix(tmp_path: Path) -> None:
+    """The 36-layer chain and the full-width triton matrix of the same bundle (one run, one commit) merge and pass
+    `gate --full --require-chain`."""
+    bundles = _chain_bundles()
+    assert len(bundles) == 1, f"expected one bundle with the 36-layer chain, found {bundles}"
+    bundle = EVIDENCE / bundles[0]
     chains = sorted(bundle.rglob("chain-triton_cuda_bf16.*-L36.json"))
-    assert chains, f"{bundle}: no 36-layer chain evidence"
+    matrices = [
+        s for s in _sets() if s.bundle == bundles[0] and s.profile == "triton_cuda_bf16" and not s.tiny
+    ]
+    assert len(matrices) == 1, f"{bundle}: expected one full-width triton matrix beside the chain"
     merged = tmp_path / "merged.json"
-    assert cli.main(["merge", "--out", str(merged), str(matrices[0]), *map(str, chains)]) == 0
+    assert cli.main(["merge", "--out", str(merged), *map(str, matrices[0].files), *map(str, chains)]) == 0
     assert cli.main(["gate", "--full", "--require-chain", str(merged)]) == 0
     # negative control: without the chain shards, --require-chain refuses the same matrix
-    assert cli.main(["gate", "--full", "--require-chain", str(matrices[0])]) != 0
+    alone = set_file(matrices[0], tmp_path / "alone")
+    assert cli.main(["gate", "--full", "--require-chain", str(alone)]) != 0
+
+
+def test_a_chain_companion_holds_a_chain_and_is_not_the_current_matrix() -> None:
+    """A companion stays only while it has a reason: a chain beside it, and a newer current matrix elsewhere
+    (else it is simply the current bundle and belongs off the list)."""
+    for folder in CHAIN_COMPANIONS:
+        assert folder in _chain_bundles(), f"{folder}: no 36-layer chain: take it off CHAIN_COMPANIONS"
+        kept = [s for s in _sets() if s.bundle == folder and not s.tiny]
+        assert kept, f"{folder}: no matrix left: take it off CHAIN_COMPANIONS"
+        for matrix in kept:
+            current = current_set(matrix.profile, matrix.arch)
+            assert current.bundle != folder, (
+                f"{folder}: it holds the only {matrix.profile}@{matrix.arch} matrix"
+            )
 
 
 def test_a_committed_file_with_one_edited_verdict_is_refused(tmp_path: Path) -> None:
     """Negative control: the gate call above can fail; a copy of a passing file with one cell edited is refused."""
-    src = next(p for p in _matrix_files() if p.name.startswith("triton_cuda_bf16."))
+    src = set_file(current_set("triton_cuda_bf16", "sm90"), tmp_path / "current")
     copy = tmp_path / src.name
     text = src.read_text()
     assert '"green"' in text
@@ -106,7 +153,9 @@ def test_a_committed_file_with_one_edited_verdict_is_refused(tmp_path: Path) -> 
     assert cli.main(["gate", str(copy)]) != 0
 
 
-@pytest.mark.parametrize("path", CPU_PORTABLE, ids=lambda p: str(p.relative_to(EVIDENCE)))
+@pytest.mark.parametrize(
+    "path", [s.files[0] for s in matrix_sets() if s.arch == "cpu"], ids=lambda p: str(p.relative_to(EVIDENCE))
+)
 def test_the_committed_cpu_shard_passes_on_its_plan(path: Path, capsys: pytest.CaptureFixture) -> None:
     """The CPU shard of the merged run passes the shipped gate; `--full` finds exactly one gap, the tier the CPU
     session's plan leaves out (the control: the full gate is not silently satisfied by a CPU shard)."""
@@ -118,4 +167,5 @@ def test_the_committed_cpu_shard_passes_on_its_plan(path: Path, capsys: pytest.C
 
 
 def test_there_is_a_committed_cpu_shard() -> None:
-    assert len(CPU_PORTABLE) == 1, CPU_PORTABLE
+    cpu = [s.label for s in matrix_sets() if s.arch == "cpu"]
+    assert len(cpu) == 1, cpu

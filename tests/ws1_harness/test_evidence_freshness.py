@@ -19,20 +19,11 @@ from ws1_harness.verdict import freshness
 
 #: bundle folder -> why its evidence is behind the code (to be replaced by the next GPU run)
 KNOWN_STALE: dict[str, str] = {
-    "cuda-sm90-3dd0336": (
-        "the cuda_bf16@sm90 bundle: csrc/setup.py now links the C++ runtime shared and checks the built modules "
-        "(46b6ed5: the Hopper module's crash); no kernel and no binding changed. The rerun (nox -s gpu_sm86 "
-        "gpu_sm90) was ready at 46b6ed5, but no device machine was lent for it"
-    ),
-    "cuda-sm90-hopper-e5203ef": (
-        "the cuda_bf16_sm90@sm90 bundle: the same csrc/setup.py change (46b6ed5); no kernel and no binding "
-        "changed; rerun with the merged H200 run next"
-    ),
     "gpu-sm90-c7fbc8a": (
-        "the Triton bundle: 4b063e8 factored the candidates' backward launches into shared functions (norm_backward, "
-        "embedding_backward, swiglu_backward, rope_rotate, logp_backward) and added the training ops; the row tables "
-        "moved into a shared floor before that. Its rerun at de7a3be on an H100 lost 2 lm_head cells to memory (four "
-        "commands at once), so it is rerun next"
+        "the 36-layer triton_cuda_bf16 chain and its run's matrix (kept as a chain companion: evidence_files."
+        "CHAIN_COMPANIONS): 4b063e8 factored the candidates' backward launches into shared functions and added "
+        "the training ops after it. The matrix was rerun at 473ee98 (merged-h100-473ee98, green); the chain's "
+        "rerun ran out of memory on the H100 (80 GB) and waits for the H200"
     ),
 }
 

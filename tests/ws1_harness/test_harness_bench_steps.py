@@ -121,7 +121,7 @@ def test_train_step_work_counts_every_gemm_weight_and_causal_pair() -> None:
     assert ST.step_work(cfg, p) == ("TFLOP/s", pytest.approx(3 * 2.0 * 40 * gemm + 3.5 * attn))
 
 
-@pytest.mark.parametrize(("op", "ratio"), [("train_step", 1 / 1.15), ("decode_step", 1 / 1.2)])
+@pytest.mark.parametrize(("op", "ratio"), [("train_step", 1 / 1.15), ("decode_step", 1 / 1.15)])
 def test_step_targets_are_the_slowdown_bounds(op: str, ratio: float) -> None:
     t = targets.target_for(op, "fwd", 1, {})
     assert t is not None

@@ -7,13 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from evidence_files import CUDA_SM90, merged_cuda_pair
+from evidence_files import cuda_sm90, current_set, merged_cuda_pair
 
 from ws1_harness.cli import main
 from ws1_harness.verdict.environments import differences, environment_lines
 from ws1_harness.verdict.evidence import load_evidence
 
-SM90 = CUDA_SM90
 BOTH = ["--expect", "cuda_bf16@sm90", "--expect", "cuda_bf16@sm86-proxy"]
 
 
@@ -31,15 +30,15 @@ def test_the_merge_of_both_shards_passes_with_both_expected(
 
 
 def test_a_lost_shard_is_red_when_expected(capsys: pytest.CaptureFixture) -> None:
-    assert main(["gate", "--full", str(SM90[0])]) == 0  # control: alone it passes
-    assert main(["gate", "--full", *BOTH, str(SM90[0])]) == 1
+    assert main(["gate", "--full", str(cuda_sm90())]) == 0  # control: alone it passes
+    assert main(["gate", "--full", *BOTH, str(cuda_sm90())]) == 1
     assert "--expect cuda_bf16@sm86-proxy: no shard holds it" in capsys.readouterr().out
     # a CPU shard's profile carries no arch: a bare name is a valid expectation, and this file lacks it
-    assert main(["gate", "--expect", "portable_cpu", str(SM90[0])]) == 1
+    assert main(["gate", "--expect", "portable_cpu", str(cuda_sm90())]) == 1
 
 
 def test_a_malformed_expectation_is_bad_input(capsys: pytest.CaptureFixture) -> None:
-    assert main(["gate", "--expect", "cuda_bf16@", str(SM90[0])]) == 2
+    assert main(["gate", "--expect", "cuda_bf16@", str(cuda_sm90())]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not profile@arch" in err
 
@@ -47,7 +46,8 @@ def test_a_malformed_expectation_is_bad_input(capsys: pytest.CaptureFixture) -> 
 def test_environments_name_each_shard_and_only_real_differences(merged: Path) -> None:
     doc = load_evidence(merged)
     lines = environment_lines(doc)
-    assert lines[0] == "environments:" and sum(line.startswith("  cuda_bf16.") for line in lines) == 2
+    shards = len(current_set("cuda_bf16", "sm90").files) + len(current_set("cuda_bf16", "sm86-proxy").files)
+    assert lines[0] == "environments:" and sum(line.startswith("  cuda_bf16.") for line in lines) == shards
     same = [
         ("a.json", {"torch": "2.11.0", "code_objects": []}),
         ("b.json", {"torch": "2.11.0", "code_objects": []}),

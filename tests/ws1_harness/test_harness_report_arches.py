@@ -1,6 +1,6 @@
 """The per-arch heatmap (`<stem>.arch-heatmap.png`): one panel per arch side by side, same rows and columns in
 every panel, each titled with its arch and its counts; written by `ws1 report` beside the single heatmap only for
-a file of two or more arches. Checked on the committed CUDA shards (sm90 and the sm86 proxy, as one commit's pair: `evidence_files.cuda_shard_pair`) and on
+a file of two or more arches. Checked on the committed CUDA shards (sm90 and the sm86 proxy, as one commit's pair: `evidence_files.merged_cuda_pair`) and on
 small documents, on the grid data and the figure's axes, never on pixels."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from evidence_files import CUDA_SM90, merged_cuda_pair
+from evidence_files import cuda_sm90, merged_cuda_pair
 
 from ws1_harness.cli import main
 from ws1_harness.verdict.evidence import load_evidence
@@ -26,7 +26,6 @@ from ws1_harness.verdict.report import (
     write_report,
 )
 
-SM90 = CUDA_SM90
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -53,12 +52,12 @@ def _flip_one(
 
 
 def test_one_arch_writes_no_per_arch_figure(merged: Path, tmp_path: Path) -> None:
-    single = load_evidence(SM90[0])
+    single = load_evidence(cuda_sm90())
     assert evidence_arches(single) == ["sm90"]
     stale = arch_heatmap_path(tmp_path / "single" / "cuda_bf16.sm90.heatmap.png")
     stale.parent.mkdir()
     stale.write_bytes(b"an older run's figure")  # it would describe other cells: the report removes it
-    md, png = write_report(SM90[0], tmp_path / "single")
+    md, png = write_report(cuda_sm90(), tmp_path / "single")
     assert md.is_file() and png.read_bytes()[:8] == PNG  # the single heatmap as before
     assert arch_heatmap_path(png) == stale and not stale.exists()
     assert sorted(p.name for p in png.parent.iterdir()) == [

@@ -29,8 +29,9 @@ LOGP_MS, LOGP_ROWS, LOGP_VOCAB = 0.37, 4096, 151936
 # Memory-bound ops: >= 85% of the copy ceiling (GB/s, bytes read + written) at >= 8192 rows.
 COPY_FRACTION, COPY_MIN_ROWS = 0.85, 8192
 # Whole-model steps against the stock model in the same process (bench/steps.py): a training forward + backward
-# within 1.15x of stock, a rollout decode step within 1.2x (ratio >= 1 / slowdown).
-TRAIN_STEP_SLOWDOWN, DECODE_STEP_SLOWDOWN = 1.15, 1.2
+# within 1.15x of stock, a rollout decode step within 1.15x too (ratio >= 1 / slowdown): the RL-loop issue's targets
+# for both (an earlier 1.2x for decode was looser than the target it stood for).
+TRAIN_STEP_SLOWDOWN, DECODE_STEP_SLOWDOWN = 1.15, 1.15
 MEMORY_BOUND: Mapping[str, tuple[str, ...]] = {
     "rms_norm": ("fwd", "bwd"),
     "qk_norm": ("fwd", "bwd"),
