@@ -134,6 +134,33 @@ def test_a_bug_is_reported_as_an_internal_error_with_a_traceback_hint(
     assert ran.code == 2 and "Traceback (most recent call last)" in ran.err
 
 
+@pytest.mark.parametrize("kind", ["device", "host"])
+def test_running_out_of_memory_is_named_not_called_a_bug(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A 36-layer chain on an 80 GB card once ended in "internal error ... a bug in ws1". The control is the test
+    above: any other exception still reads as a bug."""
+    import torch
+
+    error = (
+        torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.32 GiB")
+        if kind == "device"
+        else MemoryError()
+    )
+
+    def starved(args):
+        raise error
+
+    monkeypatch.setattr(cli, "_cmd_gate", starved)
+    ran = ws1(capsys, "gate", tmp_path / "x.json")
+    assert ran.code == 2 and ran.err.count("\n") == 1
+    assert (
+        ran.err.startswith("ws1: out of memory: ")
+        and "not a bug in ws1" in ran.err
+        and "internal error" not in ran.err
+    )
+
+
 def test_every_harness_input_error_shares_one_base() -> None:
     from ws1_harness.errors import HarnessError
     from ws1_harness.run.bench.records import BenchInputError
