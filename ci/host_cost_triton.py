@@ -1,0 +1,122 @@
+"""Where a Triton op call's host time goes at M = 1, layer by layer (supporting evidence for the host-cost target).
+
+`ws1 bench` gives each candidate's host cost as one figure (47-123 us per call on the H200 at 9dd0891, against a
+10 us target). This script peels the qkv GEMM's call apart on the GPU, each layer timed by
+`ws1_harness.run.bench.host.measure` (issue / eager / graph-replay microseconds per call):
+
+- `torch.empty`: the output allocation alone (the floor of any op that returns a new tensor);
+- `triton launch`: `ws1_gemm_fixed_k[grid](...)` with the plan precomputed: Triton's own launcher;
+- `gemm_forward_raw`: the step path's GEMM (tile pick, cached plan, allocation, launch record, launch);
+- `step op linear`: the same through the profile's torch custom op (`torch.ops.ws1_triton.*`: dispatch);
+- `candidate det_gemm`: the training candidate under no_grad (validation, layout context, then the same launch).
+
+Then a cProfile of 2000 candidate calls, by own time: the functions that take the host's time.
+
+    python ci/host_cost_triton.py --out host-triton.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+from pathlib import Path
+
+import torch
+
+from ws1_harness.run.bench import host as H
+
+#: where the calls run: cuda, or cpu under TRITON_INTERPRET=1 (a logic run of the script, no figure)
+DEVICE = ["cuda"]
+
+
+def _calls(dev: str, n: int, k: int) -> dict[str, object]:
+    from ws1_kernels.context import LayoutContext
+    from ws1_kernels.integrations.step import step_ops
+    from ws1_kernels.triton_ops import gemm as G
+
+    bf = torch.bfloat16
+    gen = torch.Generator(device=dev).manual_seed(0)
+    x = torch.randn(1, k, generator=gen, device=dev, dtype=bf)
+    w = torch.randn(n, k, generator=gen, device=dev, dtype=bf)
+    m = 1
+    tile = G.fwd_table(n, k).pick(m)
+    progs, opts = G._plan(tile, m, n, k, False, G._sm_count(x.device))
+    out = torch.empty((m, n), dtype=bf, device=dev)
+    ops = step_ops("triton_cuda_bf16")
+    ctx = LayoutContext(torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
+
+    def raw_launch() -> object:
+        return G.ws1_gemm_fixed_k[(progs,)](
+            x, w, out, m, n, k, x.stride(0), 1, k, out.stride(0), progs, **opts
+        )
+
+    def candidate() -> torch.Tensor:
+        with torch.no_grad():
+            return G.det_gemm(x, w, ctx)
+
+    return {
+        "torch.empty": lambda: torch.empty((m, n), dtype=bf, device=dev),
+        "triton launch": raw_launch,
+        "gemm_forward_raw": lambda: G.gemm_forward_raw(x, w),
+        "step op linear": lambda: ops.linear(x, w),
+        "candidate det_gemm": candidate,
+    }
+
+
+def _profile(fn: object, calls: int) -> str:
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()  # type: ignore[operator]
+    prof.disable()
+    H.synchronize(DEVICE[0])
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(20)
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--n", type=int, default=6144, help="output width (default: the qkv projection)")
+    ap.add_argument("--k", type=int, default=4096, help="reduced width (default: hidden)")
+    ap.add_argument("--profile-calls", type=int, default=2000)
+    args = ap.parse_args(argv)
+    interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    if not torch.cuda.is_available() and not interp:
+        print(
+            "host_cost_triton: needs a CUDA device (or TRITON_INTERPRET=1 for a logic run)", file=sys.stderr
+        )
+        return 2
+    DEVICE[0] = "cpu" if interp else "cuda"
+    rows: dict[str, object] = {}
+    calls = _calls(DEVICE[0], args.n, args.k)
+    for name, fn in calls.items():
+        try:
+            cost = H.measure(DEVICE[0], fn)  # type: ignore[arg-type]
+            rows[name] = cost.to_json()
+        except Exception as exc:  # noqa: BLE001 - one layer failing leaves the others' figures
+            rows[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+        print(f"{name}: {rows[name]}", flush=True)
+    profile = _profile(calls["candidate det_gemm"], args.profile_calls)
+    print(profile, flush=True)
+    doc = {
+        "device": torch.cuda.get_device_name()
+        if DEVICE[0] == "cuda"
+        else "cpu (TRITON_INTERPRET: logic only)",
+        "torch": torch.__version__,
+        "method": "ws1_harness.run.bench.host.measure: median of bursts; issue = host, graph = device",
+        "rows": rows,
+        "candidate_profile_tottime": profile,
+    }
+    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
