@@ -163,3 +163,52 @@ def test_on_host_moves_every_gradient_with_its_bits_and_keeps_absent_ones():
     assert moved.logprobs is run.logprobs and moved.layout == "packed"
     # a negative control: the moved gradient is judged, not skipped: its NaN still makes it non-finite
     assert gradient_figures(moved.grads["w"], torch.ones(4))["finite"] is False
+
+
+def _reference_run(chain: Chain, spec_name: str, *, on_host_: bool, scale: float = 1.0):
+    from ws1_harness.run import chain_train
+    from ws1_kernels.integrations import qwen3 as q3
+    from ws1_workload import build_fixture
+
+    fx = build_fixture(chain.manifest, "short", "tiny")
+    spec = next(s for s in chain.training if s.name == spec_name)
+    model = chain.reference_model()
+    run = chain_train.train(model, fx, spec, chain.upstream(fx) * scale, device="cpu", grads_on_host=on_host_)
+    left_on_params = [n for n, g in q3.param_grads(model).items() if g is not None]
+    return run, left_on_params
+
+
+@pytest.mark.parametrize("layout", ["packed", "split_1"])
+def test_reference_gradients_moved_as_they_arrive_keep_their_bits(chain, layout):
+    """The fp32 reference's gradients go to the host during the backward (summed there across the calls of a
+    layout of several calls): the same bits as gradients left on the parameters, and nothing left on the device.
+    The control: another upstream gradient gives other bits, so the equality is not vacuous."""
+    from ws1_harness.run.chain_train import same_bits
+
+    kept, on_params = _reference_run(chain, layout, on_host_=False)
+    moved, left = _reference_run(chain, layout, on_host_=True)
+    assert on_params and left == []
+    assert kept.grads.keys() == moved.grads.keys()
+    for name, g in kept.grads.items():
+        assert g is not None and moved.grads[name] is not None, name
+        assert moved.grads[name].device.type == "cpu"
+        assert same_bits(moved.grads[name], g), name
+    other, _ = _reference_run(chain, layout, on_host_=True, scale=0.5 + 2.0**-10)
+    assert not all(same_bits(other.grads[n], g) for n, g in kept.grads.items())
+
+
+def test_the_packed_gradients_wait_on_the_host_and_invariance_still_sees_a_flip(chain):
+    """Each layout is compared with the packed layout's gradients one parameter at a time, the packed ones on the
+    host (`on_host`). The control: one flipped bit in one parameter is found."""
+    from ws1_harness.run.chain_train import TrainRun, grad_invariance, on_host
+
+    g = torch.linspace(-1, 1, 64)
+    packed = on_host(TrainRun("packed", torch.zeros(1), {"a": g.clone(), "b": g.clone()}))
+    same = TrainRun("split_1", torch.zeros(1), {"a": g.clone(), "b": g.clone()})
+    assert grad_invariance(packed, same) == {"a": True, "b": True}
+    flipped = g.clone()
+    flipped.view(torch.int32)[7] ^= 1
+    assert grad_invariance(packed, TrainRun("split_1", torch.zeros(1), {"a": g.clone(), "b": flipped})) == {
+        "a": True,
+        "b": False,
+    }

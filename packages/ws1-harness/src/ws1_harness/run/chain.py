@@ -297,9 +297,12 @@ class Chain:
         upstream: torch.Tensor,
         *,
         watch: Callable[[], Any] | None = None,
+        grads_on_host: bool = False,
     ) -> TrainRun:
         """The training step (chain_train) on this run's device."""
-        return chain_train.train(model, fx, spec, upstream, device=self.device, watch=watch)
+        return chain_train.train(
+            model, fx, spec, upstream, device=self.device, watch=watch, grads_on_host=grads_on_host
+        )
 
     def aggregates(
         self, left: torch.Tensor, right: torch.Tensor, fx: Fixture, *, bitwise: bool = True
@@ -341,6 +344,9 @@ class Chain:
         say(f"{tier}: training layout {self.training[0].name} (op watch on)")
         with tapped(rt, watch):
             packed = self.train(model, fx, self.training[0], upstream, watch=watch.watching)
+        # the packed layout's gradients wait on the host: each layout below is compared with them one parameter at
+        # a time, so one layout's gradients (36 layers: 33 GB of fp32) are on the device at once, not two
+        packed = on_host(packed)
         parity_rows = {packed.layout: self.aggregates(packed.logprobs, ro.logprobs, fx)}
         invariance: dict[str, Any] = {}
         inv_failed: list[str] = []
@@ -363,11 +369,13 @@ class Chain:
         )
 
         say(f"{tier}: fp32 reference chain (the drop-in on ws1_kernels.reference), forward and backward")
-        packed = on_host(packed)  # room for the fp32 model and its gradients (36 layers: 33 GB each)
-        qwen3.drop_param_grads(model)
-        ref_run = self.train(self.reference_model(), fx, self.training[0], upstream)
+        qwen3.drop_param_grads(model)  # room for the fp32 model (36 layers: 33 GB)
+        release_device_memory()
+        # its gradients go to the host as the backward produces them (chain_train.HostGrads)
+        ref_run = self.train(self.reference_model(), fx, self.training[0], upstream, grads_on_host=True)
+        release_device_memory()  # the reference model is dropped: its fp32 weights go before the figures
         grad_detail, grad_failed = chain_judge.grad_accuracy(
-            qwen3.param_operators(model), packed, ref_run, self.thresholds
+            qwen3.param_operators(model), packed, ref_run, self.thresholds, device=self.device
         )
         ref_lp = ref_run.logprobs.float().to("cpu")
         del ref_run

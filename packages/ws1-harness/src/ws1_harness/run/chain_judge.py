@@ -66,11 +66,17 @@ def aggregates(
 
 
 def grad_accuracy(
-    owners: Mapping[str, str], packed: TrainRun, ref: TrainRun, th: AggregateThresholds
+    owners: Mapping[str, str],
+    packed: TrainRun,
+    ref: TrainRun,
+    th: AggregateThresholds,
+    *,
+    device: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Per parameter: the normwise figures of the packed layout's gradient against the fp32 reference's,
     judged against the contract's chain gradient thresholds (``gradient_figures``). ``owners`` maps each
-    parameter to its operator."""
+    parameter to its operator. ``device``: where the figures are computed, one parameter at a time (both runs'
+    gradients wait on the host at full widths); default: where the reference's gradient is."""
     detail: dict[str, Any] = {}
     failed = []
     for name, got in packed.grads.items():
@@ -79,7 +85,8 @@ def grad_accuracy(
         if got is None or want is None:
             row.update(passed=False, why="no gradient arrived")
         else:
-            row.update(gradient_figures(got.to(want.device), want))
+            where = device or want.device
+            row.update(gradient_figures(got.to(where), want.to(where)))
             row["passed"] = gradient_within(row, th.grad_rel_l2, th.grad_rel_max_abs)
         detail[name] = row
         if not row["passed"]:

@@ -47,6 +47,45 @@ def _nothing() -> Iterator[None]:
     yield
 
 
+class HostGrads:
+    """Each autograd ``.grad`` moved to the host as soon as it is accumulated (a post-accumulate hook), summed there
+    across physical calls in call order, and the device copy dropped.
+
+    Why: the fp32 reference drop-in at 36 layers holds 33 GB of fp32 weights; its 33 GB of fp32 gradients beside
+    them, and the candidate's 16 GB of bf16 weights, do not fit an 80 GB card. With the hooks only the gradients
+    of the layers the backward is in are on the device at once. Summing fp32 values elementwise in the same order
+    gives the same bits on the host as on the device. Parameters whose rule is ``main_grad`` are left alone (the
+    candidate's kernel accumulates into them)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        rules = qwen3.runtime_of(model).rules
+        self.grads: dict[str, torch.Tensor | None] = {}
+        self._handles = []
+        for name, op in qwen3.param_operators(model).items():
+            if rules[op] == "sample_blocks_main_grad":
+                continue
+            self.grads[name] = None
+            param = model.get_parameter(name)
+            self._handles.append(param.register_post_accumulate_grad_hook(self._hook(name)))
+
+    def _hook(self, name: str) -> Callable[[torch.Tensor], None]:
+        def take(param: torch.Tensor) -> None:
+            g = param.grad
+            if g is None:
+                return
+            host = g.detach().to("cpu", copy=True)
+            have = self.grads[name]
+            self.grads[name] = host if have is None else have.add_(host)
+            param.grad = None
+
+        return take
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+
 def train(
     model: nn.Module,
     fx: Fixture,
@@ -55,12 +94,34 @@ def train(
     *,
     device: str,
     watch: Callable[[], Any] | None = None,
+    grads_on_host: bool = False,
 ) -> TrainRun:
     """Teacher forcing under one layout: a forward and a backward per physical call, gradients accumulated
-    where the candidates' rule puts them. ``grad`` is the upstream gradient per logical token."""
+    where the candidates' rule puts them. ``grad`` is the upstream gradient per logical token.
+
+    ``grads_on_host``: the autograd gradients go to the host as they arrive (`HostGrads`; the fp32 reference), and
+    the run's ``main_grad`` buffers follow at its end (`on_host`)."""
     lay = build_layout(fx, spec)
     qwen3.zero_param_grads(model)
     enter = watch or _nothing
+    host = HostGrads(model) if grads_on_host else None
+    try:
+        outs = _calls(model, fx, lay, grad, device, enter)
+    finally:
+        if host is not None:
+            host.remove()
+    # the next zero_param_grads gives every parameter fresh gradient tensors, so these stay as they are
+    grads = dict(qwen3.param_grads(model))
+    if host is not None:
+        grads = {k: host.grads.get(k, g) for k, g in grads.items()}
+    run = TrainRun(spec.name, restore(lay, outs), grads)
+    return on_host(run) if grads_on_host else run
+
+
+def _calls(
+    model: nn.Module, fx: Fixture, lay: Any, grad: torch.Tensor, device: str, enter: Callable[[], Any]
+) -> list[torch.Tensor]:
+    """Every physical call of the layout, forward and backward: the logical logprobs of each, on the host."""
     outs = []
     for call in lay.calls:
         ctx = LayoutContext(call.sample_ids, call.positions)
@@ -78,15 +139,15 @@ def train(
             lp = qwen3.logprobs(model, logits, targets, hctx)
             lp.backward(g.to(lp.device, lp.dtype))
         outs.append(lp.detach().to("cpu"))
-    # the next zero_param_grads gives every parameter fresh gradient tensors, so these stay as they are
-    grads = dict(qwen3.param_grads(model))
-    return TrainRun(spec.name, restore(lay, outs), grads)
+    return outs
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Raw bits equal (same dtype and shape), compared where the tensors are."""
+    """Raw bits equal (same dtype and shape), compared on ``a``'s device (``b`` is brought there when it lives
+    elsewhere: the packed layout's gradients wait on the host, one parameter at a time comes back)."""
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
+    b = b.to(a.device)
     width = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
     return bool(torch.equal(a.contiguous().view(width), b.contiguous().view(width)))
 
@@ -113,10 +174,11 @@ def release_device_memory() -> None:
 
 
 def on_host(run: TrainRun) -> TrainRun:
-    """The run with its gradients moved to host memory, freeing the device for the fp32 reference drop-in.
+    """The run with its gradients moved to host memory, freeing the device.
 
-    At full widths and 36 layers the bf16 weights (16 GB), one layout's fp32 gradients (33 GB), the reference's
-    fp32 weights and gradients (33 GB each) and its activations do not fit in one H200 together. The figures
-    are computed afterwards one parameter at a time on the device (``gradient_figures(g.to(dev), ref)``)."""
+    At full widths and 36 layers the bf16 weights (16 GB), the packed layout's fp32 gradients (33 GB) and the
+    layout being compared with them (33 GB) do not fit an 80 GB card together, nor the reference's fp32 weights and
+    gradients (33 GB each) beside the candidate. The packed layout's gradients wait on the host from the start;
+    comparisons and figures bring one parameter at a time back to the device."""
     grads = {k: (None if g is None else g.detach().to("cpu")) for k, g in run.grads.items()}
     return dataclasses.replace(run, grads=grads)
