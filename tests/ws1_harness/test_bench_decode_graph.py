@@ -199,3 +199,26 @@ def test_the_switch_is_found_only_where_transformers_reads_it(monkeypatch) -> No
     assert dg.forced_gqa_supported()
     monkeypatch.setattr(dg.inspect, "getsource", lambda _m: "return attention_mask is None")  # the control
     assert not dg.forced_gqa_supported()
+
+
+def test_the_top_kernels_are_ranked_by_device_time() -> None:
+    """The decode rows record where a step's device time goes (`stock.rank_kernels` over the profiler's averages):
+    device kernels by total time, host-only entries left out. The control: a host entry with a large CPU time and
+    no device time is not ranked."""
+    from types import SimpleNamespace as NS
+
+    from ws1_harness.run.bench.stock import rank_kernels
+
+    cuda, cpu = NS(name="CUDA"), NS(name="CPU")
+    avgs = [
+        NS(key="aten::copy_", device_time_total=0.0, device_type=cpu, count=40, cpu_time_total=9e6),
+        NS(key="elementwise_copy_kernel", device_time_total=3000.0, device_type=cuda, count=72),
+        NS(key="cudnn_sdpa_fprop", device_time_total=1200.5, device_type=cuda, count=36),
+        NS(key="gemv", device_time_total=5000.0, device_type=cuda, count=253),
+    ]
+    ranked = rank_kernels(avgs, top=2)
+    assert ranked == [
+        {"name": "gemv", "us": 5000.0, "calls": 253},
+        {"name": "elementwise_copy_kernel", "us": 3000.0, "calls": 72},
+    ]
+    assert "aten::copy_" not in [r["name"] for r in rank_kernels(avgs, top=8)]

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ws1_harness.run.bench.stock import observed_cuda_kernels, stock_model
+from ws1_harness.run.bench.stock import observed_cuda_kernels, stock_model, top_cuda_kernels
 from ws1_kernels.integrations.step import capture, replay
 
 __all__ = [
@@ -140,6 +140,10 @@ def ws1_side(
 
         return GraphSide(eager, {**record, "mode": "eager"})
     state: dict[str, Any] = {}
+    try:  # one eager step before the capture: where its device time goes (recorded, never judged)
+        record["top_kernels"] = top_cuda_kernels(step)
+    except Exception as exc:  # noqa: BLE001 - a profiler failure costs the figure, not the row
+        record["top_kernels"] = f"not profiled: {type(exc).__name__}: {exc}".splitlines()[0]
 
     def call() -> torch.Tensor:
         if "graph" not in state:  # captured on the first call, inside the caller's op watch
@@ -249,6 +253,10 @@ def stock_side(
 
         return GraphSide(eager, {**record, "mode": "eager"})
     record["peer_kernels"] = observed_cuda_kernels(step)
+    try:
+        record["top_kernels"] = top_cuda_kernels(step)
+    except Exception as exc:  # noqa: BLE001 - a profiler failure costs the figure, not the row
+        record["top_kernels"] = f"not profiled: {type(exc).__name__}: {exc}".splitlines()[0]
     state: dict[str, Any] = {}
 
     def call() -> torch.Tensor:
