@@ -74,6 +74,18 @@ for s in "$@"; do
               WS1_OUT=$ev python3 ci/merged_gate.py ${MERGED_CPU:?set MERGED_CPU} $ev/gpu_sm86 \
               $ev/gpu_sm90 --no-venv ${MERGED_EXPECT:---expect portable_cpu:short+primary --expect triton_cuda_bf16@sm90 \
               --expect cuda_bf16@sm90 --expect cuda_bf16_sm90@sm90 --expect cuda_bf16@sm86-proxy}" ;;
+    # the merged run on an 80 GB H100 (2 GPU slots), where both sessions (about 900 s of GPU commands) do not fit one
+    # call: two calls on one machine at one commit, as at 473ee98 (docs/gpu.md). merged-1: the Triton profile, the
+    # baseline and every GPU test; merged-2: both CUDA profiles beside the sm86 session. Then ci/merged_gate.py over
+    # the CPU folder and the three session folders ($OUT/ev/part1/gpu_sm90, part2/gpu_sm86, part2/gpu_sm90), on
+    # the CPU host or on the machine
+    merged-1) step merged-1 "${MERGED_LIMIT:-560}" env WS1_OUT="$ev/part1" python3 -m nox ${NOX_GLOBAL-} -s gpu_sm90 \
+                -- --profile triton_cuda_bf16 --profile native_torch ;;
+    merged-2) step merged-2 "${MERGED_LIMIT:-560}" bash -c "( WS1_OUT=$ev/part2 python3 -m nox ${NOX_GLOBAL-} \
+                -s gpu_sm86 > $OUT/nox-gpu_sm86.log 2>&1; echo \"gpu_sm86 rc=\$? after \$SECONDS s\" ) & \
+                ( WS1_OUT=$ev/part2 python3 -m nox ${NOX_GLOBAL-} -s gpu_sm90 -- --profile cuda_bf16 \
+                --profile cuda_bf16_sm90 --no-tests > $OUT/nox-gpu_sm90.log 2>&1; \
+                echo \"gpu_sm90 rc=\$? after \$SECONDS s\" ) & wait" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
 done
