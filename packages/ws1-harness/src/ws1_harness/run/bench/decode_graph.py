@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ws1_harness.run.bench.stock import observed_cuda_kernels, stock_model, top_cuda_kernels
+from ws1_harness.run.bench.stock import step_kernels, stock_model
 from ws1_kernels.integrations.step import capture, replay
 
 __all__ = [
@@ -141,7 +141,7 @@ def ws1_side(
         return GraphSide(eager, {**record, "mode": "eager"})
     state: dict[str, Any] = {}
     try:  # one eager step before the capture: where its device time goes (recorded, never judged)
-        record["top_kernels"] = top_cuda_kernels(step)
+        record["top_kernels"] = step_kernels(step)[1]
     except Exception as exc:  # noqa: BLE001 - a profiler failure costs the figure, not the row
         record["top_kernels"] = f"not profiled: {type(exc).__name__}: {exc}".splitlines()[0]
 
@@ -252,11 +252,8 @@ def stock_side(
                 return step()
 
         return GraphSide(eager, {**record, "mode": "eager"})
-    record["peer_kernels"] = observed_cuda_kernels(step)
-    try:
-        record["top_kernels"] = top_cuda_kernels(step)
-    except Exception as exc:  # noqa: BLE001 - a profiler failure costs the figure, not the row
-        record["top_kernels"] = f"not profiled: {type(exc).__name__}: {exc}".splitlines()[0]
+    # one profiled eager step: which attention backend ran, and where the step's device time goes
+    record["peer_kernels"], record["top_kernels"] = step_kernels(step)
     state: dict[str, Any] = {}
 
     def call() -> torch.Tensor:
