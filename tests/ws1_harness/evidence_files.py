@@ -76,16 +76,8 @@ def set_file(matrix: MatrixSet, tmp: Path) -> Path:
     if not matrix.shards:
         return matrix.files[0]
     assert not matrix.missing_shards(), f"{matrix.label}: shards {matrix.missing_shards()} are not committed"
-    from ws1_harness.cli import main
-
     tmp.mkdir(parents=True, exist_ok=True)
-    out = tmp / f"{matrix.profile}.{matrix.arch}.json"
-    assert main(["merge", *map(str, matrix.files), "--out", str(out)]) == 0, matrix.label
-    return out
-
-
-def matrix_files() -> list[Path]:
-    return sorted(p for p in EVIDENCE.rglob("*.json") if MATRIX_NAME.match(p.name))
+    return _merge_into(list(matrix.files), tmp / f"{matrix.profile}.{matrix.arch}.json")
 
 
 def evidence_files() -> list[tuple[Path, str, bool]]:
@@ -138,12 +130,6 @@ def cuda_sm90() -> Path:
     return current_file("cuda_bf16", "sm90")
 
 
-def cpu_portable() -> Path:
-    """The committed CPU shard of the merged run (portable_cpu at full widths, the CPU session's short and primary
-    tiers)."""
-    return current_file("portable_cpu", "cpu")
-
-
 def same_commit(ref: Path, shard: Path, tmp: Path) -> Path:
     """`shard`, or a copy of it in `tmp` carrying `ref`'s commit and dirty flag when the two differ.
 
@@ -162,14 +148,17 @@ def same_commit(ref: Path, shard: Path, tmp: Path) -> Path:
     return copy
 
 
-def _merged(files: list[Path], tmp: Path) -> Path:
-    """`files` (original shards, never a merged file: the merge refuses those) merged by `ws1 merge` into
-    `tmp/merged.json` (which must succeed)."""
+def _merge_into(files: list[Path], out: Path) -> Path:
+    """`files` (original shards, never a merged file: the merge refuses those) merged by `ws1 merge` into `out`
+    (which must succeed)."""
     from ws1_harness.cli import main
 
-    out = tmp / "merged.json"
-    assert main(["merge", *map(str, files), "--out", str(out)]) == 0
+    assert main(["merge", *map(str, files), "--out", str(out)]) == 0, [f.name for f in files]
     return out
+
+
+def _merged(files: list[Path], tmp: Path) -> Path:
+    return _merge_into(files, tmp / "merged.json")
 
 
 def _one_commit(ref: Path, files: tuple[Path, ...], tmp: Path) -> list[Path]:

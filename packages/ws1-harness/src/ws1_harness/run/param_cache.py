@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -61,9 +62,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 def _read(path: Path, shape: tuple[int, ...]) -> torch.Tensor | None:
     """The bf16 tensor in `path`, or None when the file is missing or not exactly the tensor's size."""
-    numel = 1
-    for n in shape:
-        numel *= n
+    numel = math.prod(shape)
     try:
         if path.stat().st_size != 2 * numel:
             return None
