@@ -5,12 +5,15 @@
 `ws1_harness.run.bench.host.measure` (issue / eager / graph-replay microseconds per call):
 
 - `torch.empty`: the output allocation alone (the floor of any op that returns a new tensor);
-- `triton launch`: `ws1_gemm_fixed_k[grid](...)` with the plan precomputed: Triton's own launcher;
+- `triton launch`: `ws1_gemm_fixed_k[grid](...)` with the plan precomputed: Triton's own launch path
+  (`JITFunction.run`: binding, specialisation, cache key, then the compiled kernel's launcher);
+- `bound launch`: the same launch through ws1's bound-kernel fast path (`triton_ops._bound`), the compiled kernel
+  bound once per specialisation;
 - `gemm_forward_raw`: the step path's GEMM (tile pick, cached plan, allocation, launch record, launch);
 - `step op linear`: the same through the profile's torch custom op (`torch.ops.ws1_triton.*`: dispatch);
 - `candidate det_gemm`: the training candidate under no_grad (validation, layout context, then the same launch).
 
-Then a cProfile of 2000 candidate calls, by own time: the functions that take the host's time.
+Then a cProfile of 2000 `gemm_forward_raw` calls (the step path's GEMM), by own time: the functions that take the host's time.
 
     python ci/host_cost_triton.py --out host-triton.json
 """
@@ -37,6 +40,7 @@ DEVICE = ["cuda"]
 def _calls(dev: str, n: int, k: int) -> dict[str, object]:
     from ws1_kernels.context import LayoutContext
     from ws1_kernels.integrations.step import step_ops
+    from ws1_kernels.triton_ops._launch import launcher
     from ws1_kernels.triton_ops import gemm as G
 
     bf = torch.bfloat16
@@ -55,6 +59,10 @@ def _calls(dev: str, n: int, k: int) -> dict[str, object]:
             x, w, out, m, n, k, x.stride(0), 1, k, out.stride(0), progs, **opts
         )
 
+    def bound_launch() -> object:
+        args = (x, w, out, m, n, k, x.stride(0), 1, k, out.stride(0), progs)
+        return launcher()(G.ws1_gemm_fixed_k, (progs,), args, opts)
+
     def candidate() -> torch.Tensor:
         with torch.no_grad():
             return G.det_gemm(x, w, ctx)
@@ -62,6 +70,7 @@ def _calls(dev: str, n: int, k: int) -> dict[str, object]:
     return {
         "torch.empty": lambda: torch.empty((m, n), dtype=bf, device=dev),
         "triton launch": raw_launch,
+        "bound launch": bound_launch,
         "gemm_forward_raw": lambda: G.gemm_forward_raw(x, w),
         "step op linear": lambda: ops.linear(x, w),
         "candidate det_gemm": candidate,
@@ -103,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - one layer failing leaves the others' figures
             rows[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
         print(f"{name}: {rows[name]}", flush=True)
-    profile = _profile(calls["candidate det_gemm"], args.profile_calls)
+    profile = _profile(calls["gemm_forward_raw"], args.profile_calls)
     print(profile, flush=True)
     doc = {
         "device": torch.cuda.get_device_name()
@@ -112,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "method": "ws1_harness.run.bench.host.measure: median of bursts; issue = host, graph = device",
         "rows": rows,
-        "candidate_profile_tottime": profile,
+        "raw_profile_tottime": profile,
     }
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     return 0

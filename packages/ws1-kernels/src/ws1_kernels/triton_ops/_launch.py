@@ -13,11 +13,15 @@ import torch
 
 from ..errors import KernelInputError
 from ..launches import record
+from ._bound import BoundLauncher
 
 
 def interpreting() -> bool:
     """True under ``TRITON_INTERPRET=1`` (kernels run on CPU tensors, for logic tests)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+_IDS: dict[Any, str] = {}
 
 
 def kernel_name(kernel: Any) -> str:
@@ -26,10 +30,35 @@ def kernel_name(kernel: Any) -> str:
     return str(getattr(fn, "__name__", kernel))
 
 
+def _kernel_id(kernel: Any) -> str:
+    """``triton:<name>``, made once per kernel (it is recorded on every launch)."""
+    kid = _IDS.get(kernel)
+    if kid is None:
+        kid = _IDS[kernel] = f"triton:{kernel_name(kernel)}"
+    return kid
+
+
+_LAUNCHER: BoundLauncher | None = None
+
+
+def launcher() -> BoundLauncher:
+    """The process's bound-kernel launcher (made on first use, so ``WS1_TRITON_LAUNCH`` is read then)."""
+    global _LAUNCHER
+    if _LAUNCHER is None:
+        _LAUNCHER = BoundLauncher()
+    return _LAUNCHER
+
+
 def launch(kernel: Any, grid: Any, phase: str, *args: Any, **kwargs: Any) -> Any:
-    """Record ``triton:<name>`` for ``phase`` ("fwd" or "bwd"), then launch ``kernel[grid](*args, **kwargs)``."""
-    record(f"triton:{kernel_name(kernel)}", phase)
-    return kernel[grid](*args, **kwargs)
+    """Record ``triton:<name>`` for ``phase`` ("fwd" or "bwd"), then launch ``kernel[grid](*args, **kwargs)``.
+
+    On a GPU the launch goes through the bound-kernel fast path (``_bound``): the same compiled kernel Triton would
+    pick, without Triton's per-call binding. Under the interpreter it is Triton's own call.
+    """
+    record(_kernel_id(kernel), phase)
+    if interpreting():
+        return kernel[grid](*args, **kwargs)
+    return (_LAUNCHER or launcher())(kernel, grid, args, kwargs)
 
 
 def check_device(where: str, *tensors: torch.Tensor) -> torch.device:

@@ -1,0 +1,223 @@
+"""Launch a compiled Triton kernel without Triton's per-call binding: the host fast path.
+
+Why: ``kernel[grid](*args)`` goes through ``JITFunction.run``, which binds the arguments, computes their
+specialisation, builds a cache key (``str(options)`` included) and looks the compiled kernel up on every call. On
+the H100 host that is about 30 us of a 35 us launch at M = 1, where the GEMM itself streams its weight in about
+10 us (``ci/host_cost_triton.py``). A decode loop calls the same few launches thousands of times.
+
+How: the first call of a (kernel, device, argument key, keyword arguments) goes through Triton's own path, which
+compiles or finds the kernel and returns it. That compiled kernel is kept with the full argument tail (the
+constexprs and defaults after the positional arguments, in signature order), and later calls with the same key call
+its launcher directly: grid, stream, function handle, the arguments.
+
+Why the key is safe: Triton picks the compiled kernel from each argument's type and specialisation (a tensor's
+dtype and whether its address is 16-byte aligned; an int's width class, whether it is 1 and whether it is divisible
+by 16; constexpr values and launch options). The key here holds all of those and more (a bool's value), so two calls
+with one key always get the same compiled kernel from Triton too; a finer key only costs another cache entry.
+``WS1_TRITON_LAUNCH=checked`` proves it at run time: every fast call also asks Triton which kernel it would run and
+fails if it is another. ``WS1_TRITON_LAUNCH=jit`` turns the fast path off.
+
+Launch hooks (the harness's observation of what really launched) still fire: when a hook is installed the launch
+metadata is built and passed exactly as Triton does; when none is, none is built.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+#: the modes of ``WS1_TRITON_LAUNCH``
+MODES = ("fast", "jit", "checked")
+
+_I32_MIN, _I32_MAX, _I64_MAX = -(2**31), 2**31 - 1, 2**63 - 1
+
+
+class LaunchMismatch(RuntimeError):
+    """``checked`` mode: the bound kernel is not the one Triton would run (a key that misses a specialisation)."""
+
+
+class _Unkeyable(Exception):
+    """An argument whose specialisation the key does not model: the call takes Triton's own path."""
+
+
+def mode_from_env() -> str:
+    """``WS1_TRITON_LAUNCH`` (default ``fast``); an unknown value is refused, never guessed."""
+    value = os.environ.get("WS1_TRITON_LAUNCH", "fast").strip() or "fast"
+    if value not in MODES:
+        raise ValueError(f"WS1_TRITON_LAUNCH={value!r}: expected one of {', '.join(MODES)}")
+    return value
+
+
+def arg_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Everything about the positional arguments that can change which compiled kernel Triton picks.
+
+    Tensors: dtype and 16-byte alignment of the address. Ints: 1 or not, divisible by 16 or not, and the width
+    class Triton types them by (i32, i64, u64). Floats: nothing (typed fp32, never specialised). Bools: the value.
+    Anything else raises ``_Unkeyable`` and the call goes through Triton.
+    """
+    key: list[Any] = []
+    for a in args:
+        t = type(a)
+        if t is int:
+            width = 0 if _I32_MIN <= a <= _I32_MAX else (1 if a <= _I64_MAX else 2)
+            key.append((a == 1, a % 16 == 0, width))
+        elif isinstance(a, torch.Tensor):
+            key.append((a.dtype, a.data_ptr() % 16 == 0))
+        elif t is float:
+            key.append(float)
+        elif t is bool or a is None:
+            key.append((t, a))
+        else:
+            raise _Unkeyable(t.__name__)
+    return tuple(key)
+
+
+def argument_tail(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The values of the kernel's parameters after the positional ones, in signature order, defaults applied.
+
+    Launch options (``num_warps``, ``num_stages``, ...) are not parameters and are left out, as Triton's binder
+    leaves them out of the bound arguments.
+    """
+    sig: inspect.Signature = kernel.signature
+    names = list(sig.parameters)
+    params = {k: v for k, v in kwargs.items() if k in sig.parameters}
+    bound = sig.bind(*args, **params)
+    bound.apply_defaults()
+    values = [bound.arguments[n] for n in names]
+    return tuple(values[len(args) :])
+
+
+def constexpr_positions(kernel: Any) -> tuple[int, ...]:
+    """Positions of the kernel's ``tl.constexpr`` parameters: their values pick the compiled kernel, so a
+    constexpr passed positionally is keyed by value, not by its specialisation."""
+    return tuple(i for i, p in enumerate(kernel.params) if p.is_constexpr)
+
+
+def _hook_live(hook: Any) -> bool:
+    """A launch hook that would do something: set, and (for a hook chain) holding at least one call."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return True if calls is None else bool(calls)
+
+
+@dataclass
+class Bound:
+    """One compiled kernel and what its launcher needs besides the per-call arguments."""
+
+    compiled: Any
+    run: Any
+    function: Any
+    packed_metadata: Any
+    tail: tuple[Any, ...]
+
+
+class BoundLauncher:
+    """The per-process table of bound kernels and the fast launch through it."""
+
+    def __init__(self, mode: str | None = None, *, driver: Any = None, knobs: Any = None) -> None:
+        """``driver`` and ``knobs`` default to Triton's active driver and runtime knobs (tests pass stand-ins)."""
+        self.mode = mode or mode_from_env()
+        self.table: dict[tuple[Any, ...], Bound] = {}
+        #: per kernel, the positions of its constexpr parameters (keyed by value when passed positionally)
+        self._constexprs: dict[Any, tuple[int, ...]] = {}
+        self._driver: Any = driver
+        self._knobs: Any = knobs
+        #: counts of fast launches and of calls that went through Triton (tests read them)
+        self.fast = 0
+        self.slow = 0
+
+    def _bind_driver(self) -> None:
+        import triton
+        from triton.runtime.driver import driver
+
+        self._driver = driver.active
+        if self._knobs is None:
+            self._knobs = triton.knobs.runtime
+
+    def __call__(self, kernel: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self.mode == "jit" or callable(grid):
+            return self._slow(kernel, grid, args, kwargs, None)
+        if self._driver is None:
+            self._bind_driver()
+        drv = self._driver
+        device = drv.get_current_device()
+        exact = self._constexprs.get(kernel)
+        if exact is None:
+            exact = self._constexprs[kernel] = constexpr_positions(kernel)
+        try:
+            values = tuple(args[i] for i in exact if i < len(args)) if exact else ()
+            key = (kernel, device, arg_key(args), values, tuple(kwargs.items()))
+            bound = self.table.get(key)
+        except (_Unkeyable, TypeError):
+            return self._slow(kernel, grid, args, kwargs, None)
+        if bound is None:
+            return self._slow(kernel, grid, args, kwargs, key)
+        if self.mode == "checked":
+            self._check(kernel, grid, args, kwargs, bound)
+        stream = drv.get_current_stream(device)
+        full = args + bound.tail
+        knobs = self._knobs
+        enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
+        if _hook_live(enter) or _hook_live(leave):
+            metadata = bound.compiled.launch_metadata(grid, stream, *full)
+        else:
+            metadata = enter = leave = None
+        n = len(grid)
+        bound.run(
+            grid[0],
+            grid[1] if n > 1 else 1,
+            grid[2] if n > 2 else 1,
+            stream,
+            bound.function,
+            bound.packed_metadata,
+            metadata,
+            enter,
+            leave,
+            *full,
+        )
+        self.fast += 1
+        return bound.compiled
+
+    def _slow(
+        self,
+        kernel: Any,
+        grid: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: tuple[Any, ...] | None,
+    ) -> Any:
+        """Triton's own path; with a key, the compiled kernel it returns is bound for the next calls."""
+        self.slow += 1
+        compiled = kernel[grid](*args, **kwargs)
+        if key is not None and compiled is not None:
+            compiled = compiled.result() if hasattr(compiled, "result") else compiled
+            self.table[key] = Bound(
+                compiled=compiled,
+                run=compiled.run,
+                function=compiled.function,
+                packed_metadata=compiled.packed_metadata,
+                tail=argument_tail(kernel, args, kwargs),
+            )
+        return compiled
+
+    def _check(
+        self, kernel: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], bound: Bound
+    ) -> None:
+        """Ask Triton (without launching) which compiled kernel it would run, and refuse another."""
+        theirs = kernel.run(*args, grid=grid, warmup=True, **kwargs)
+        theirs = theirs.result() if hasattr(theirs, "result") else theirs
+        if theirs is not bound.compiled:
+            name = getattr(getattr(kernel, "fn", kernel), "__name__", kernel)
+            raise LaunchMismatch(
+                f"{name}: the bound kernel is not the one Triton picks for these arguments "
+                f"(key {arg_key(args)}); the fast path's key misses a specialisation"
+            )
+
+    def clear(self) -> None:
+        """Forget every bound kernel (tests; a process that reloads kernels)."""
+        self.table.clear()
