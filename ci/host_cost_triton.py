@@ -10,7 +10,10 @@
 - `bound launch`: the same launch through ws1's bound-kernel fast path (`triton_ops._bound`), the compiled kernel
   bound once per specialisation;
 - `gemm_forward_raw`: the step path's GEMM (tile pick, cached plan, allocation, launch record, launch);
-- `step op linear`: the same through the profile's torch custom op (`torch.ops.ws1_triton.*`: dispatch);
+- `step op linear`: the same through the profile's step op (`torch.ops.ws1_triton.linear`, a `torch.library`
+  definition with a CUDA kernel: dispatch);
+- `custom_op linear`: the same wrapped as a `torch.library.custom_op` (how the step ops were defined before: its
+  autograd wrapper and aliasing check run on every call), for comparison in the same process;
 - `candidate det_gemm`: the training candidate under no_grad (validation, layout context, then the same launch).
 
 Then a cProfile of 2000 `gemm_forward_raw` calls (the step path's GEMM), by own time: the functions that take the host's time.
@@ -63,6 +66,10 @@ def _calls(dev: str, n: int, k: int) -> dict[str, object]:
         args = (x, w, out, m, n, k, x.stride(0), 1, k, out.stride(0), progs)
         return launcher()(G.ws1_gemm_fixed_k, (progs,), args, opts)
 
+    @torch.library.custom_op("ws1_host_cost::linear", mutates_args=())
+    def custom_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return G.gemm_forward_raw(x, w)
+
     def candidate() -> torch.Tensor:
         with torch.no_grad():
             return G.det_gemm(x, w, ctx)
@@ -73,6 +80,7 @@ def _calls(dev: str, n: int, k: int) -> dict[str, object]:
         "bound launch": bound_launch,
         "gemm_forward_raw": lambda: G.gemm_forward_raw(x, w),
         "step op linear": lambda: ops.linear(x, w),
+        "custom_op linear": lambda: custom_linear(x, w),
         "candidate det_gemm": candidate,
     }
 

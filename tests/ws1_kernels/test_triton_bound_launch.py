@@ -235,3 +235,52 @@ def test_an_unknown_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         _bound.mode_from_env()
     monkeypatch.setenv("WS1_TRITON_LAUNCH", "checked")  # control
     assert _bound.mode_from_env() == "checked"
+
+
+class CudaLauncher:
+    """Stands for Triton 3.6's launcher object (matched by class name): scratch sizes, flags, the C launch."""
+
+    def __init__(self, scratch: int = 0) -> None:
+        self.global_scratch_size = scratch
+        self.profile_scratch_size = 0
+        self.launch_cooperative_grid = False
+        self.launch_pdl = True
+        self.calls: list[tuple[Any, ...]] = []
+
+    def launch(self, *a: Any) -> None:
+        self.calls.append(a)
+
+    def __call__(self, *a: Any) -> None:
+        """The launcher's Python wrapper (the stand-in JIT's path); a direct launch must not come here."""
+
+
+@pytest.fixture
+def this_triton_direct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the installed Triton's version count as one the direct launch was checked against."""
+    triton = pytest.importorskip("triton")
+    monkeypatch.setattr(_bound, "DIRECT_LAUNCH_VERSIONS", (str(triton.__version__),))
+
+
+def test_direct_launch_only_for_the_checked_launcher_without_scratch(this_triton_direct: None) -> None:
+    ok = CudaLauncher()
+    assert _bound.direct_launch(ok) == (ok.launch, 0, 1)
+    assert _bound.direct_launch(CudaLauncher(scratch=128)) is None  # the launcher must allocate scratch
+    assert _bound.direct_launch(_Compiled(0).run) is None  # another launcher: call it
+
+
+def test_direct_launch_is_off_for_another_triton_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_bound, "DIRECT_LAUNCH_VERSIONS", ("0.0.",))
+    assert _bound.direct_launch(CudaLauncher()) is None
+
+
+def test_a_direct_launch_passes_the_flags_and_no_scratch(this_triton_direct: None) -> None:
+    k, bl = _Kernel(), _launcher()
+    c = _Compiled(5)
+    c.run = CudaLauncher()  # type: ignore[assignment,method-assign]
+    k.pick_override = c
+    args = _args(BUF)
+    bl(k, (4, 2), args, {"BLOCK": 16})
+    bl(k, (4, 2), args, {"BLOCK": 16})
+    (call,) = c.run.calls  # the first call went through the stand-in JIT, the second straight to launch
+    assert call[:13] == (4, 2, 1, 1234, "fn-handle", 0, 1, None, None, "packed", None, None, None)
+    assert all(a is b for a, b in zip(call[13:17], args, strict=True)) and call[17:] == (16, True, 7)

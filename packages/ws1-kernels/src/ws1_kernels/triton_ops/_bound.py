@@ -97,6 +97,35 @@ def constexpr_positions(kernel: Any) -> tuple[int, ...]:
     return tuple(i for i, p in enumerate(kernel.params) if p.is_constexpr)
 
 
+#: Triton versions whose CUDA launcher ``direct_launch`` was read against and GPU-tested (the bits and the
+#: checked mode of ``test_triton_bound_launch_gpu.py``); any other version calls the launcher object
+DIRECT_LAUNCH_VERSIONS = ("3.6.",)
+
+
+def direct_launch(launcher: Any) -> tuple[Any, int, int] | None:
+    """The compiled module's ``launch`` and its two flags, when calling it directly is what the launcher would do.
+
+    Triton 3.6's ``CudaLauncher.__call__`` is Python: it allocates the global and profile scratch buffers (when
+    the kernel needs them) and passes them with the cooperative-grid and PDL flags to the module's C ``launch``.
+    For a kernel that needs no scratch, that wrapper adds only its own frame; skipping it saves about 1 us. Any
+    other case (scratch needed, another launcher class, another Triton version) returns None.
+    """
+    try:
+        import triton
+
+        version = str(triton.__version__)
+    except Exception:  # noqa: BLE001 - no Triton, no direct launch
+        return None
+    if not version.startswith(DIRECT_LAUNCH_VERSIONS) or type(launcher).__name__ != "CudaLauncher":
+        return None
+    try:
+        if launcher.global_scratch_size or launcher.profile_scratch_size:
+            return None
+        return launcher.launch, int(launcher.launch_cooperative_grid), int(launcher.launch_pdl)
+    except AttributeError:
+        return None
+
+
 def _hook_live(hook: Any) -> bool:
     """A launch hook that would do something: set, and (for a hook chain) holding at least one call."""
     if hook is None:
@@ -114,6 +143,9 @@ class Bound:
     function: Any
     packed_metadata: Any
     tail: tuple[Any, ...]
+    #: (the compiled module's launch, cooperative flag, PDL flag) where the launcher can be skipped (see
+    #: ``direct_launch``), else None and ``run`` is called
+    direct: tuple[Any, int, int] | None = None
 
 
 class BoundLauncher:
@@ -124,7 +156,9 @@ class BoundLauncher:
         self.mode = mode or mode_from_env()
         self.table: dict[tuple[Any, ...], Bound] = {}
         #: per kernel, the positions of its constexpr parameters (keyed by value when passed positionally)
-        self._constexprs: dict[Any, tuple[int, ...]] = {}
+        self._constexprs: dict[int, tuple[int, ...]] = {}
+        #: the kernels the table's ids name, kept alive so an id is never reused by another object
+        self._kernels: dict[int, Any] = {}
         self._driver: Any = driver
         self._knobs: Any = knobs
         #: counts of fast launches and of calls that went through Triton (tests read them)
@@ -146,12 +180,15 @@ class BoundLauncher:
             self._bind_driver()
         drv = self._driver
         device = drv.get_current_device()
-        exact = self._constexprs.get(kernel)
+        # keyed by id: a JITFunction's own __hash__ is Python code (about 1 us a call); kernels live as long as
+        # their module, and the bound entry holds the compiled kernel, not the JIT function
+        kid = id(kernel)
+        exact = self._constexprs.get(kid)
         if exact is None:
-            exact = self._constexprs[kernel] = constexpr_positions(kernel)
+            exact = self._constexprs[kid] = constexpr_positions(kernel)
         try:
             values = tuple(args[i] for i in exact if i < len(args)) if exact else ()
-            key = (kernel, device, arg_key(args), values, tuple(kwargs.items()))
+            key = (kid, device, arg_key(args), values, tuple(kwargs.items()))
             bound = self.table.get(key)
         except (_Unkeyable, TypeError):
             return self._slow(kernel, grid, args, kwargs, None)
@@ -168,18 +205,29 @@ class BoundLauncher:
         else:
             metadata = enter = leave = None
         n = len(grid)
-        bound.run(
-            grid[0],
-            grid[1] if n > 1 else 1,
-            grid[2] if n > 2 else 1,
-            stream,
-            bound.function,
-            bound.packed_metadata,
-            metadata,
-            enter,
-            leave,
-            *full,
-        )
+        gx, gy, gz = grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1
+        if bound.direct is not None:
+            launch, coop, pdl = bound.direct
+            launch(
+                gx,
+                gy,
+                gz,
+                stream,
+                bound.function,
+                coop,
+                pdl,
+                None,
+                None,
+                bound.packed_metadata,
+                metadata,
+                enter,
+                leave,
+                *full,
+            )
+        else:
+            bound.run(
+                gx, gy, gz, stream, bound.function, bound.packed_metadata, metadata, enter, leave, *full
+            )
         self.fast += 1
         return bound.compiled
 
@@ -196,12 +244,14 @@ class BoundLauncher:
         compiled = kernel[grid](*args, **kwargs)
         if key is not None and compiled is not None:
             compiled = compiled.result() if hasattr(compiled, "result") else compiled
+            self._kernels[key[0]] = kernel
             self.table[key] = Bound(
                 compiled=compiled,
                 run=compiled.run,
                 function=compiled.function,
                 packed_metadata=compiled.packed_metadata,
                 tail=argument_tail(kernel, args, kwargs),
+                direct=direct_launch(compiled.run),
             )
         return compiled
 

@@ -21,7 +21,7 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-_IDS: dict[Any, str] = {}
+_IDS: dict[int, tuple[str, bool]] = {}
 
 
 def kernel_name(kernel: Any) -> str:
@@ -30,12 +30,17 @@ def kernel_name(kernel: Any) -> str:
     return str(getattr(fn, "__name__", kernel))
 
 
-def _kernel_id(kernel: Any) -> str:
-    """``triton:<name>``, made once per kernel (it is recorded on every launch)."""
-    kid = _IDS.get(kernel)
-    if kid is None:
-        kid = _IDS[kernel] = f"triton:{kernel_name(kernel)}"
-    return kid
+def _kernel_facts(kernel: Any) -> tuple[str, bool]:
+    """``triton:<name>`` and whether the kernel is interpreted, once per kernel (both are fixed when Triton
+    decorates it: ``TRITON_INTERPRET`` is read then; a per-call environment read is host time)."""
+    facts = _IDS.get(id(kernel))
+    if facts is None:
+        facts = _IDS[id(kernel)] = (f"triton:{kernel_name(kernel)}", interpreting())
+        _KEEP.append(kernel)
+    return facts
+
+
+_KEEP: list[Any] = []  # the kernels _IDS names by id, kept alive so an id is never reused
 
 
 _LAUNCHER: BoundLauncher | None = None
@@ -55,8 +60,9 @@ def launch(kernel: Any, grid: Any, phase: str, *args: Any, **kwargs: Any) -> Any
     On a GPU the launch goes through the bound-kernel fast path (``_bound``): the same compiled kernel Triton would
     pick, without Triton's per-call binding. Under the interpreter it is Triton's own call.
     """
-    record(_kernel_id(kernel), phase)
-    if interpreting():
+    kid, interpreted = _IDS.get(id(kernel)) or _kernel_facts(kernel)
+    record(kid, phase)
+    if interpreted:
         return kernel[grid](*args, **kwargs)
     return (_LAUNCHER or launcher())(kernel, grid, args, kwargs)
 

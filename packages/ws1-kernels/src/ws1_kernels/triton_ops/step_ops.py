@@ -1,8 +1,9 @@
 """``triton_cuda_bf16``'s raw inference ops for the step path (``integrations.step``), as torch custom ops.
 
 Why custom ops: ``torch.compile`` cannot trace into a Triton launcher written in Python (it reads tensor data
-pointers and caches by shape), so each op is one ``torch.library.custom_op`` in the ``ws1_triton`` namespace with
-a fake implementation that gives the output's shape, dtype and device. Dynamo then sees one opaque node per op,
+pointers and caches by shape), so each op is one op of the ``ws1_triton`` namespace (``_library.inference_op``:
+a ``torch.library`` definition with a backend kernel, the dispatcher's cheapest path) with a fake implementation
+that gives the output's shape, dtype and device. Dynamo then sees one opaque node per op,
 ``torch.compile(fullgraph=True)`` traces a whole step without a graph break, and the compiled step launches the
 very kernels eager does. A CUDA graph captures the same launches: no op here reads a tensor back to the host.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from ..step_ops import StepOps
+from ._library import NAMESPACE, inference_op
 from .attention import slab_forward
 from .embedding import gather_launch
 from .gemm import gemm_forward_raw
@@ -30,54 +32,44 @@ from .pointwise import rope_launch, swiglu_launch
 
 __all__ = ["STEP_OPS"]
 
-_NS = "ws1_triton"
+_NS = NAMESPACE
 
 
-@torch.library.custom_op(f"{_NS}::embedding", mutates_args=())
+def _like(x: torch.Tensor, *_: object) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@inference_op(
+    "embedding(Tensor token_ids, Tensor weight) -> Tensor",
+    lambda ids, w: w.new_empty((ids.shape[0], w.shape[1])),
+)
 def embedding(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``weight[token_ids]``: ``[T] x [V,H] -> [T,H]``."""
     return gather_launch(token_ids, weight)
 
 
-@embedding.register_fake
-def _(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return weight.new_empty((token_ids.shape[0], weight.shape[1]))
-
-
-@torch.library.custom_op(f"{_NS}::norm", mutates_args=())
+@inference_op("norm(Tensor x, Tensor weight, float eps) -> Tensor", _like)
 def norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dim of ``x [T,H]`` or ``[T,Nh,D]``."""
     return norm_launch(x, weight, eps)
 
 
-@norm.register_fake
-def _(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op(f"{_NS}::linear", mutates_args=())
+@inference_op("linear(Tensor x, Tensor weight) -> Tensor", lambda x, w: x.new_empty((x.shape[0], w.shape[0])))
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x [M,K] @ weight[N,K]^T``: the K walk in one fp32 accumulator, the tile of the frozen M bucket."""
     return gemm_forward_raw(x, weight)
 
 
-@linear.register_fake
-def _(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return x.new_empty((x.shape[0], weight.shape[0]))
-
-
-@torch.library.custom_op(f"{_NS}::rope", mutates_args=())
+@inference_op("rope(Tensor x, Tensor positions, float theta) -> Tensor", _like)
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotary embedding of ``x [T,Nh,D]`` at int64 ``positions [T]``."""
     return rope_launch(x, positions, theta)
 
 
-@rope.register_fake
-def _(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op(f"{_NS}::attention", mutates_args=())
+@inference_op(
+    "attention(Tensor q, Tensor k_slab, Tensor v_slab, Tensor key_base, Tensor n_keys, float scale) -> Tensor",
+    _like,
+)
 def attention(
     q: torch.Tensor,
     k_slab: torch.Tensor,
@@ -90,38 +82,19 @@ def attention(
     return slab_forward(q, k_slab, v_slab, key_base, n_keys, scale)
 
 
-@attention.register_fake
-def _(
-    q: torch.Tensor,
-    k_slab: torch.Tensor,
-    v_slab: torch.Tensor,
-    key_base: torch.Tensor,
-    n_keys: torch.Tensor,
-    scale: float,
-) -> torch.Tensor:
-    return torch.empty_like(q)
-
-
-@torch.library.custom_op(f"{_NS}::swiglu", mutates_args=())
+@inference_op("swiglu(Tensor gate, Tensor up) -> Tensor", _like)
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """``silu(gate) * up``."""
     return swiglu_launch(gate, up)
 
 
-@swiglu.register_fake
-def _(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(gate)
-
-
-@torch.library.custom_op(f"{_NS}::logp", mutates_args=())
+@inference_op(
+    "logp(Tensor logits, Tensor targets) -> Tensor",
+    lambda logits, t: logits.new_empty((logits.shape[0],), dtype=torch.float32),
+)
 def logp(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """The selected token's log-probability of each row: ``[T,V], [T] -> fp32 [T]``."""
     return _logp_fwd(logits, targets, LOGP_TILES, "fwd")[0]
-
-
-@logp.register_fake
-def _(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return logits.new_empty((logits.shape[0],), dtype=torch.float32)
 
 
 _ops = torch.ops.ws1_triton
