@@ -9,6 +9,7 @@ a gate call that could only pass would prove nothing).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -128,18 +129,45 @@ def test_the_36_layer_chain_passes_full_with_its_own_runs_matrix(tmp_path: Path)
     assert cli.main(["gate", "--full", "--require-chain", str(alone)]) != 0
 
 
+def _companion_problems(
+    companions: Iterable[str], chain_bundles: list[str], sets: list[MatrixSet]
+) -> list[str]:
+    """Why a listed chain companion should come off the list: no chain beside it, no matrix left, or it holds
+    the only full-width matrix of a (profile, arch) (then it is the current bundle, not a companion)."""
+    problems = []
+    for folder in companions:
+        if folder not in chain_bundles:
+            problems.append(f"{folder}: no 36-layer chain: take it off CHAIN_COMPANIONS")
+        kept = [s for s in sets if s.bundle == folder and not s.tiny]
+        if not kept:
+            problems.append(f"{folder}: no matrix left: take it off CHAIN_COMPANIONS")
+        for matrix in kept:
+            others = [
+                s
+                for s in sets
+                if (s.profile, s.arch) == (matrix.profile, matrix.arch) and not s.tiny and s.bundle != folder
+            ]
+            if not others:
+                problems.append(f"{folder}: it holds the only {matrix.profile}@{matrix.arch} matrix")
+    return problems
+
+
 def test_a_chain_companion_holds_a_chain_and_is_not_the_current_matrix() -> None:
     """A companion stays only while it has a reason: a chain beside it, and a newer current matrix elsewhere
     (else it is simply the current bundle and belongs off the list)."""
+    assert _companion_problems(CHAIN_COMPANIONS, _chain_bundles(), _sets()) == []
+
+
+def test_a_companion_without_a_reason_is_named() -> None:
+    """Negative controls on the real sets: a companion with no chain beside it, and a companion that would hold
+    the only matrix of its (profile, arch) once the newer bundle is left out."""
+    sets, chains = _sets(), _chain_bundles()
+    current = current_set("triton_cuda_bf16", "sm90").bundle
+    no_chain = _companion_problems([current], chains, sets)
+    assert any("no 36-layer chain" in p for p in no_chain)
     for folder in CHAIN_COMPANIONS:
-        assert folder in _chain_bundles(), f"{folder}: no 36-layer chain: take it off CHAIN_COMPANIONS"
-        kept = [s for s in _sets() if s.bundle == folder and not s.tiny]
-        assert kept, f"{folder}: no matrix left: take it off CHAIN_COMPANIONS"
-        for matrix in kept:
-            current = current_set(matrix.profile, matrix.arch)
-            assert current.bundle != folder, (
-                f"{folder}: it holds the only {matrix.profile}@{matrix.arch} matrix"
-            )
+        alone = [s for s in sets if s.bundle != current]
+        assert any("holds the only" in p for p in _companion_problems([folder], chains, alone))
 
 
 def test_a_committed_file_with_one_edited_verdict_is_refused(tmp_path: Path) -> None:
