@@ -43,8 +43,8 @@ DEVICE = ["cuda"]
 def _calls(dev: str, n: int, k: int) -> dict[str, object]:
     from ws1_kernels.context import LayoutContext
     from ws1_kernels.integrations.step import step_ops
-    from ws1_kernels.triton_ops._launch import launcher
     from ws1_kernels.triton_ops import gemm as G
+    from ws1_kernels.triton_ops._launch import launcher
 
     bf = torch.bfloat16
     gen = torch.Generator(device=dev).manual_seed(0)
