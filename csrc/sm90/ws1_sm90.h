@@ -38,4 +38,13 @@ int gemm_small_infos(KernelInfo* out, int cap);
 int gemm_mid_infos(KernelInfo* out, int cap);
 int gemm_large_infos(KernelInfo* out, int cap);
 
+// logp in one pass over bf16 logits [tokens, vocab] (logp_sm90.cu): out and lse fp32 [tokens]; the backward writes
+// dlogits bf16 [tokens, vocab]. 16-byte loads where the rows allow (logp_vector_path), the same arithmetic else.
+cudaError_t logp_fwd(const bf16* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
+                     int64_t vocab, cudaStream_t stream);
+cudaError_t logp_bwd(const bf16* logits, const int64_t* targets, const float* lse, const float* g, bf16* dlogits,
+                     int64_t tokens, int64_t vocab, cudaStream_t stream);
+bool logp_vector_path(const void* logits, int64_t vocab);
+int logp_kernel_infos(KernelInfo* out, int cap);
+
 }  // namespace ws1::sm90

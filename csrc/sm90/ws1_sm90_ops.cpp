@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../binding.h"
@@ -53,22 +54,87 @@ Tensor gemm_meta(const Tensor& a, const Tensor& b, bool b_trans) {
 
 int64_t gemm_bucket(int64_t m) { return ws1::sm90::gemm_bucket(m); }
 
+// ------------------------------------------------------------------------------------------- logp
+
+void check_targets(const char* op, const Tensor& logits, const Tensor& targets) {
+  check_bf16(op, "logits", logits);
+  TORCH_CHECK(logits.dim() == 2, "ws1_sm90.", op, ": logits must be 2-D [T, V], got ", logits.dim(), "-D");
+  TORCH_CHECK(targets.is_cuda() && targets.scalar_type() == at::kLong && targets.dim() == 1 &&
+                  targets.is_contiguous() && targets.size(0) == logits.size(0),
+              "ws1_sm90.", op, ": targets must be contiguous int64 [T] on the device, T = ", logits.size(0));
+}
+
+std::tuple<Tensor, Tensor> logp_fwd(const Tensor& logits, const Tensor& targets) {
+  check_targets("logp_fwd", logits, targets);
+  const c10::cuda::CUDAGuard guard(logits.device());
+  Tensor out = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
+  Tensor lse = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
+  check_launch("sm90.logp_fwd", ws1::sm90::logp_fwd(bf(logits), targets.data_ptr<int64_t>(), out.data_ptr<float>(),
+                                                    lse.data_ptr<float>(), logits.size(0), logits.size(1),
+                                                    at::cuda::getCurrentCUDAStream()));
+  return {out, lse};
+}
+
+Tensor logp_bwd(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& g) {
+  check_targets("logp_bwd", logits, targets);
+  for (const Tensor* t : {&lse, &g}) {
+    TORCH_CHECK(t->is_cuda() && t->scalar_type() == at::kFloat && t->is_contiguous() && t->dim() == 1 &&
+                    t->size(0) == logits.size(0),
+                "ws1_sm90.logp_bwd: lse and g must be contiguous fp32 [T] on the device");
+  }
+  const c10::cuda::CUDAGuard guard(logits.device());
+  Tensor dlogits = at::empty_like(logits);
+  check_launch("sm90.logp_bwd", ws1::sm90::logp_bwd(bf(logits), targets.data_ptr<int64_t>(), lse.data_ptr<float>(),
+                                                    g.data_ptr<float>(), bf_mut(dlogits), logits.size(0),
+                                                    logits.size(1), at::cuda::getCurrentCUDAStream()));
+  return dlogits;
+}
+
+std::tuple<Tensor, Tensor> logp_fwd_meta(const Tensor& logits, const Tensor&) {
+  return {at::empty({logits.size(0)}, logits.options().dtype(at::kFloat)),
+          at::empty({logits.size(0)}, logits.options().dtype(at::kFloat))};
+}
+
+Tensor logp_bwd_meta(const Tensor& logits, const Tensor&, const Tensor&, const Tensor&) {
+  return at::empty_like(logits);
+}
+
+// whether logp on these logits takes the 16-byte path (the tests prove both paths give the same bits)
+bool logp_vector_path(const Tensor& logits) {
+  return ws1::sm90::logp_vector_path(logits.data_ptr(), logits.size(-1));
+}
+
 std::vector<ws1::binding::AttributeRow> kernel_attributes() {
   ws1::KernelInfo infos[16];
-  return ws1::binding::attribute_rows(infos, ws1::sm90::gemm_kernel_infos(infos, 16));
+  int n = ws1::sm90::gemm_kernel_infos(infos, 16);
+  n += ws1::sm90::logp_kernel_infos(infos + n, 16 - n);
+  return ws1::binding::attribute_rows(infos, n);
 }
 
 }  // namespace
 
-TORCH_LIBRARY(ws1_sm90, m) { m.def("gemm(Tensor a, Tensor b, bool b_trans) -> Tensor"); }
+TORCH_LIBRARY(ws1_sm90, m) {
+  m.def("gemm(Tensor a, Tensor b, bool b_trans) -> Tensor");
+  m.def("logp_fwd(Tensor logits, Tensor targets) -> (Tensor, Tensor)");
+  m.def("logp_bwd(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> Tensor");
+}
 
-TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) { m.impl("gemm", &gemm); }
+TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) {
+  m.impl("gemm", &gemm);
+  m.impl("logp_fwd", &logp_fwd);
+  m.impl("logp_bwd", &logp_bwd);
+}
 
-TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) { m.impl("gemm", &gemm_meta); }
+TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) {
+  m.impl("gemm", &gemm_meta);
+  m.impl("logp_fwd", &logp_fwd_meta);
+  m.impl("logp_bwd", &logp_bwd_meta);
+}
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "ws1's Hopper kernels (sm_90a); importing this module registers torch.ops.ws1_sm90.*";
   m.def("gemm_bucket", &gemm_bucket, "the GEMM's M bucket for M rows (0 small, 1 mid, 2 large)");
+  m.def("logp_vector_path", &logp_vector_path, "whether logp on these logits takes the 16-byte load path");
   m.def("kernel_attributes", &kernel_attributes,
         "per kernel: name, binaryVersion, ptxVersion, numRegs, sharedSizeBytes, localSizeBytes, "
         "maxThreadsPerBlock, error (cudaFuncGetAttributes on the current device)");

@@ -1,5 +1,5 @@
 """The Hopper profile (`cuda_bf16_sm90`) where no GPU is needed: it fails closed off capability 9.0, refuses
-misaligned widths in one line, overrides exactly the GEMM operators (the rest keep their generic kernel ids), and
+misaligned widths in one line, overrides exactly the GEMM operators and logp (the rest keep their generic kernel ids), and
 its M buckets are the ones the CUDA header defines. Each property has the case that must be refused beside it.
 """
 
@@ -74,3 +74,16 @@ def test_the_hopper_entries_run_their_own_op_and_name_the_generic_weight_gradien
     # the control: the generic entries dispatch ws1.gemm, which the Hopper entries must never do
     assert "ws1.gemm" in generic.OPS["det_gemm"].declared_ops
     assert set(sm90.OPS) == {"det_gemm", "lm_head"}
+
+
+def test_the_hopper_logp_runs_its_own_op_and_linear_logp_stays_generic() -> None:
+    from ws1_kernels.cuda import logprob as generic_logp
+    from ws1_kernels.cuda_sm90 import logprob as sm90_logp
+
+    entry = sm90_logp.OPS["logp"]
+    assert entry.kernel_id == "ws1.cuda_sm90.logp.onepass"
+    assert {"ws1_sm90.logp_fwd", "ws1_sm90.logp_bwd"} <= entry.declared_ops
+    assert not any(op.startswith("ws1.") for op in entry.declared_ops)
+    # the control: the generic entry dispatches ws1.logp_fwd, which the Hopper entry must never do
+    assert "ws1.logp_fwd" in generic_logp.OPS["logp"].declared_ops
+    assert set(sm90_logp.OPS) == {"logp"}  # linear_logp is the generic kernel, under its generic id

@@ -1,0 +1,157 @@
+"""The Hopper logp (`torch.ops.ws1_sm90.logp_fwd` / `logp_bwd`, csrc/sm90/logp_sm90.cu) on an sm_90 device.
+
+What only the chip can show: the one-pass forward and the elementwise backward are right against a float64
+reference (the negative control: a wrong target is seen); a row's bits do not depend on the other rows of the call,
+on the row's address (16-byte loads and scalar loads give the same bits), or on the run; a CUDA graph replays them.
+Accuracy and layout invariance of the whole operator are the matrix's judgment (`ws1 matrix --profile
+cuda_bf16_sm90`); speed is `ws1 bench --op logp`'s.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from ws1_kernels import cuda, cuda_sm90
+
+pytestmark = [pytest.mark.gpu, pytest.mark.needs_build, pytest.mark.sm90]
+REQUIRED = os.environ.get("WS1_REQUIRE_GPU") == "1"
+
+if cuda_sm90.missing_reason() is not None or not torch.cuda.is_available():
+    why = cuda_sm90.missing_reason() or "no CUDA device"
+    if REQUIRED and "9.0a" in cuda.built_targets():
+        raise RuntimeError(f"WS1_REQUIRE_GPU=1 with a 9.0a build: {why}")
+    pytest.skip(str(why), allow_module_level=True)
+if torch.cuda.get_device_capability() != cuda_sm90.CAPABILITY:
+    pytest.skip("the Hopper kernels run on capability 9.0 only", allow_module_level=True)
+
+DEV = "cuda"
+V_FULL = 151936
+
+
+def _logits(t: int, v: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    x = torch.randn(t, v, generator=gen, device=DEV) * 4
+    x[0, : v // 3] = -float("inf")  # a masked stretch: neither the max nor the sum may see it
+    if t > 1:
+        x[1] *= 40  # a large-magnitude row
+    return x.to(torch.bfloat16)
+
+
+def _targets(t: int, v: int) -> torch.Tensor:
+    tg = torch.arange(t, device=DEV, dtype=torch.int64) * 7919 % v
+    tg[0] = v - 1  # past the masked stretch
+    return tg
+
+
+def _reference(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    lsm = torch.log_softmax(logits.double(), dim=-1)
+    return lsm.gather(1, targets[:, None])[:, 0], lsm
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int32 if t.dtype == torch.float32 else torch.int16)
+
+
+def _misaligned_copy(x: torch.Tensor) -> torch.Tensor:
+    """The same values, contiguous, starting 2 bytes past a 16-byte boundary."""
+    buf = torch.empty(x.numel() + 8, dtype=x.dtype, device=x.device)
+    out = buf[1 : 1 + x.numel()].view(x.shape)
+    out.copy_(x)
+    return out
+
+
+@pytest.mark.parametrize("v", [V_FULL, 1000, 1001])
+def test_the_forward_is_right(v: int) -> None:
+    logits, targets = _logits(5, v), _targets(5, v)
+    out, lse = torch.ops.ws1_sm90.logp_fwd(logits, targets)
+    want, lsm = _reference(logits, targets)
+    assert out.dtype == torch.float32 and lse.dtype == torch.float32
+    torch.testing.assert_close(out.double(), want, atol=5e-5, rtol=1e-5)
+    torch.testing.assert_close(lse.double(), (logits.double() - lsm)[:, -1], atol=5e-5, rtol=1e-5)
+
+
+def test_the_check_sees_a_wrong_target() -> None:
+    logits, targets = _logits(5, V_FULL), _targets(5, V_FULL)
+    out, _ = torch.ops.ws1_sm90.logp_fwd(logits, (targets + 1) % V_FULL)
+    want, _ = _reference(logits, targets)
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(out.double(), want, atol=5e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("v", [V_FULL, 1001])
+def test_the_backward_is_right(v: int) -> None:
+    logits, targets = _logits(4, v), _targets(4, v)
+    g = torch.tensor([1.0, -0.5, 0.25, 2.0], device=DEV)
+    _, lse = torch.ops.ws1_sm90.logp_fwd(logits, targets)
+    d = torch.ops.ws1_sm90.logp_bwd(logits, targets, lse, g)
+    _, lsm = _reference(logits, targets)
+    onehot = torch.nn.functional.one_hot(targets, v).double()
+    want = g.double()[:, None] * (onehot - lsm.exp())
+    assert d.dtype == torch.bfloat16 and d.shape == logits.shape
+    torch.testing.assert_close(d.double(), want, atol=1e-6, rtol=2.0**-7)
+
+
+def test_a_row_has_the_same_bits_alone_and_in_a_batch() -> None:
+    logits, targets = _logits(9, V_FULL), _targets(9, V_FULL)
+    out, lse = torch.ops.ws1_sm90.logp_fwd(logits, targets)
+    for r in (0, 1, 8):
+        o1, l1 = torch.ops.ws1_sm90.logp_fwd(logits[r : r + 1].clone(), targets[r : r + 1].clone())
+        assert torch.equal(_bits(o1), _bits(out[r : r + 1])) and torch.equal(_bits(l1), _bits(lse[r : r + 1]))
+
+
+@pytest.mark.parametrize("v", [V_FULL, 1000])
+def test_16_byte_and_scalar_loads_give_the_same_bits(v: int) -> None:
+    ext = cuda_sm90.extension()
+    assert ext is not None
+    logits, targets = _logits(6, v), _targets(6, v)
+    skew = _misaligned_copy(logits)
+    # the control: the two calls really take the two paths, so the equality below has teeth
+    assert ext.logp_vector_path(logits) and not ext.logp_vector_path(skew)
+    g = torch.linspace(-1, 1, 6, device=DEV)
+    o_a, l_a = torch.ops.ws1_sm90.logp_fwd(logits, targets)
+    o_s, l_s = torch.ops.ws1_sm90.logp_fwd(skew, targets)
+    assert torch.equal(_bits(o_a), _bits(o_s)) and torch.equal(_bits(l_a), _bits(l_s))
+    d_a = torch.ops.ws1_sm90.logp_bwd(logits, targets, l_a, g)
+    d_s = torch.ops.ws1_sm90.logp_bwd(skew, targets, l_s, g)
+    assert torch.equal(_bits(d_a), _bits(d_s))
+
+
+def test_the_bits_repeat_over_100_runs() -> None:
+    logits, targets = _logits(64, V_FULL), _targets(64, V_FULL)
+    first, _ = torch.ops.ws1_sm90.logp_fwd(logits, targets)
+    for _ in range(100):
+        again, _ = torch.ops.ws1_sm90.logp_fwd(logits, targets)
+        assert torch.equal(_bits(again), _bits(first))
+
+
+def test_a_cuda_graph_replays_the_eager_bits() -> None:
+    logits, targets = _logits(8, V_FULL), _targets(8, V_FULL)
+    eager, _ = torch.ops.ws1_sm90.logp_fwd(logits, targets)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.ops.ws1_sm90.logp_fwd(logits, targets)  # warm-up off the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured, _ = torch.ops.ws1_sm90.logp_fwd(logits, targets)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(_bits(captured), _bits(eager))
+
+
+def test_the_candidate_records_the_hopper_kernel_and_its_gradient_flows() -> None:
+    from ws1_kernels import LayoutContext, launches
+    from ws1_kernels.cuda_sm90 import logprob
+
+    logits = _logits(3, 1000).requires_grad_(True)
+    targets = _targets(3, 1000)
+    ctx = LayoutContext(torch.zeros(3, dtype=torch.int64), torch.arange(3))
+    with launches.observe() as seen:
+        out = logprob.logp(logits, targets, ctx)
+        out.sum().backward()
+    assert seen.kernel_ids() == {logprob.KERNEL}
+    assert logits.grad is not None and torch.isfinite(logits.grad[1:]).all()
