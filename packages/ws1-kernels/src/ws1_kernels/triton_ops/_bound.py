@@ -12,8 +12,9 @@ its launcher directly: grid, stream, function handle, the arguments.
 
 Why the key is safe: Triton picks the compiled kernel from each argument's type and specialisation (a tensor's
 dtype and whether its address is 16-byte aligned; an int's width class, whether it is 1 and whether it is divisible
-by 16; constexpr values and launch options). The key here holds all of those and more (a bool's value), so two calls
-with one key always get the same compiled kernel from Triton too; a finer key only costs another cache entry.
+by 16; constexpr values and launch options). The key here holds all of those and more (an int's and a bool's
+value), so two calls with one key always get the same compiled kernel from Triton too; a finer key only costs
+another cache entry (bounded: the table is cleared past ``TABLE_MAX`` entries).
 ``WS1_TRITON_LAUNCH=checked`` proves it at run time: every fast call also asks Triton which kernel it would run and
 fails if it is another. ``WS1_TRITON_LAUNCH=jit`` turns the fast path off.
 
@@ -33,7 +34,8 @@ import torch
 #: the modes of ``WS1_TRITON_LAUNCH``
 MODES = ("fast", "jit", "checked")
 
-_I32_MIN, _I32_MAX, _I64_MAX = -(2**31), 2**31 - 1, 2**63 - 1
+#: bound entries kept before the table is cleared (ints are keyed by value, and training calls see many M)
+TABLE_MAX = 4096
 
 
 class LaunchMismatch(RuntimeError):
@@ -53,24 +55,26 @@ def mode_from_env() -> str:
 
 
 def arg_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Everything about the positional arguments that can change which compiled kernel Triton picks.
+    """Everything about the positional arguments that can change which compiled kernel Triton picks, and more.
 
-    Tensors: dtype and 16-byte alignment of the address. Ints: 1 or not, divisible by 16 or not, and the width
-    class Triton types them by (i32, i64, u64). Floats: nothing (typed fp32, never specialised). Bools: the value.
+    Ints: their value (finer than Triton's specialisation, which looks at whether an int is 1, divides by 16 and
+    fits 32 bits, so nothing about ints needs modelling; and cheaper to build). Tensors: dtype and whether the
+    address is 16-byte aligned. Floats: nothing (typed fp32, never specialised). Bools and None: the value.
     Anything else raises ``_Unkeyable`` and the call goes through Triton.
     """
     key: list[Any] = []
+    add = key.append
     for a in args:
         t = type(a)
         if t is int:
-            width = 0 if _I32_MIN <= a <= _I32_MAX else (1 if a <= _I64_MAX else 2)
-            key.append((a == 1, a % 16 == 0, width))
+            add(a)
         elif isinstance(a, torch.Tensor):
-            key.append((a.dtype, a.data_ptr() % 16 == 0))
+            add(a.dtype)
+            add(a.data_ptr() & 15 == 0)
         elif t is float:
-            key.append(float)
+            add(float)
         elif t is bool or a is None:
-            key.append((t, a))
+            add((t, a))
         else:
             raise _Unkeyable(t.__name__)
     return tuple(key)
@@ -245,6 +249,8 @@ class BoundLauncher:
         if key is not None and compiled is not None:
             compiled = compiled.result() if hasattr(compiled, "result") else compiled
             self._kernels[key[0]] = kernel
+            if len(self.table) >= TABLE_MAX:
+                self.table.clear()
             self.table[key] = Bound(
                 compiled=compiled,
                 run=compiled.run,
