@@ -1,0 +1,67 @@
+"""The Hopper logp's two load paths under compute-sanitizer: one forward and one backward each of the 16-byte path
+(aligned rows, V % 8 == 0) and of the scalar path (rows 2 bytes off a 16-byte boundary, and V % 8 != 0, whose last
+vector is partial), at the full vocabulary and at odd widths.
+
+`ci/sanitize_cuda.py` drives the candidates on the bench's inputs, which are fresh (aligned) allocations of the
+tiny widths: the scalar path and the partial last vector would never run under the sanitizer. This driver makes
+them run. It needs the Hopper module (`ws1_cuda_sm90_ext`) on the path and an sm_90 device; exit 0 when every
+call returned and the paths were the ones asked for, else one line and exit 1.
+
+    compute-sanitizer --tool memcheck --kernel-name kns=ws1_sm90_logp --error-exitcode 1 \\
+        python ci/sanitize_logp_sm90.py
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+
+def _call(ext: object, rows: int, vocab: int, skew: bool) -> str:
+    n = rows * vocab
+    buf = torch.randn(n + 8, device="cuda").to(torch.bfloat16)
+    logits = (buf[1 : 1 + n] if skew else buf[:n]).view(rows, vocab)
+    targets = torch.arange(rows, device="cuda", dtype=torch.int64) * 7 % vocab
+    g = torch.ones(rows, device="cuda")
+    vector = bool(ext.logp_vector_path(logits))  # type: ignore[attr-defined]
+    want = not skew and vocab % 8 == 0
+    if vector != want:
+        raise RuntimeError(f"rows {rows} V {vocab} skew {skew}: vector path {vector}, expected {want}")
+    _, lse = torch.ops.ws1_sm90.logp_fwd(logits, targets)
+    torch.ops.ws1_sm90.logp_bwd(logits, targets, lse, g)
+    torch.cuda.synchronize()
+    return "16-byte" if vector else "scalar"
+
+
+def main() -> int:
+    from ws1_kernels import cuda_sm90
+
+    ext = cuda_sm90.extension()
+    if ext is None or not torch.cuda.is_available():
+        print(f"sanitize_logp_sm90: {cuda_sm90.missing_reason() or 'no CUDA device'}", file=sys.stderr)
+        return 1
+    calls = 0
+    for rows, vocab, skew in (
+        (3, 151936, False),
+        (3, 151936, True),
+        (5, 1001, False),
+        (1, 8, False),
+        (2, 9, True),
+    ):
+        try:
+            path = _call(ext, rows, vocab, skew)
+        except Exception as exc:  # noqa: BLE001 - one line, then the exit status
+            print(
+                f"sanitize_logp_sm90 rows={rows} V={vocab} skew={skew}: {str(exc).splitlines()[0]}",
+                flush=True,
+            )
+            return 1
+        calls += 2
+        print(f"sanitize_logp_sm90 rows={rows} V={vocab} skew={skew}: {path} path ok", flush=True)
+    print(f"sanitize_logp_sm90: {calls} calls, every path ran", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
