@@ -96,7 +96,7 @@ def evidence_files() -> list[tuple[Path, str, bool]]:
 CHAIN_COMPANIONS: dict[str, str] = {
     "gpu-sm90-c7fbc8a": (
         "the 36-layer triton_cuda_bf16 chain (parity 0, H200) and the matrix of its run; the chain's rerun at "
-        "473ee98 ran out of memory on the H100 that was lent (80 GB), so the newer matrix in merged-h100-16c1e0c "
+        "473ee98 ran out of memory on the H100 that was lent (80 GB), so the newer matrix in merged-h100-67c0aa7 "
         "has no chain of its own commit yet"
     ),
 }

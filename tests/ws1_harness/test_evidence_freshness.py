@@ -22,7 +22,7 @@ KNOWN_STALE: dict[str, str] = {
     "gpu-sm90-c7fbc8a": (
         "the 36-layer triton_cuda_bf16 chain and its run's matrix (kept as a chain companion: evidence_files."
         "CHAIN_COMPANIONS): 4b063e8 factored the candidates' backward launches into shared functions and added "
-        "the training ops after it. The matrix was rerun at 16c1e0c (merged-h100-16c1e0c, green); the chain's "
+        "the training ops after it. The matrix was rerun at 67c0aa7 (merged-h100-67c0aa7, green); the chain's "
         "rerun ran out of memory on the H100 (80 GB) and waits for the H200"
     ),
 }
