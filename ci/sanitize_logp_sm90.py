@@ -1,6 +1,7 @@
 """The Hopper logp's two load paths under compute-sanitizer: one forward and one backward each of the 16-byte path
 (aligned rows, V % 8 == 0) and of the scalar path (rows 2 bytes off a 16-byte boundary, and V % 8 != 0, whose last
-vector is partial), at the full vocabulary and at odd widths.
+vector is partial), at the full vocabulary and at odd widths; then the fp32 forward (linear_logp's) on the same
+cases.
 
 `ci/sanitize_cuda.py` drives the candidates on the bench's inputs, which are fresh (aligned) allocations of the
 tiny widths: the scalar path and the partial last vector would never run under the sanitizer. This driver makes
@@ -18,9 +19,9 @@ import sys
 import torch
 
 
-def _call(ext: object, rows: int, vocab: int, skew: bool) -> str:
+def _call(ext: object, rows: int, vocab: int, skew: bool, dtype: torch.dtype = torch.bfloat16) -> str:
     n = rows * vocab
-    buf = torch.randn(n + 8, device="cuda").to(torch.bfloat16)
+    buf = torch.randn(n + 8, device="cuda").to(dtype)
     logits = (buf[1 : 1 + n] if skew else buf[:n]).view(rows, vocab)
     targets = torch.arange(rows, device="cuda", dtype=torch.int64) * 7 % vocab
     g = torch.ones(rows, device="cuda")
@@ -28,8 +29,11 @@ def _call(ext: object, rows: int, vocab: int, skew: bool) -> str:
     want = not skew and vocab % 8 == 0
     if vector != want:
         raise RuntimeError(f"rows {rows} V {vocab} skew {skew}: vector path {vector}, expected {want}")
-    _, lse = torch.ops.ws1_sm90.logp_fwd(logits, targets)
-    torch.ops.ws1_sm90.logp_bwd(logits, targets, lse, g)
+    if dtype == torch.float32:  # linear_logp's forward on fp32 logits (its backward is the generic kernel)
+        torch.ops.ws1_sm90.logp_fwd_f32(logits, targets)
+    else:
+        _, lse = torch.ops.ws1_sm90.logp_fwd(logits, targets)
+        torch.ops.ws1_sm90.logp_bwd(logits, targets, lse, g)
     torch.cuda.synchronize()
     return "16-byte" if vector else "scalar"
 

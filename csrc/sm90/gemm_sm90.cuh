@@ -32,12 +32,15 @@ using Acc = float;
 constexpr int kAlign = static_cast<int>(kGemmAlign);
 
 // One GEMM configuration: tile, cluster and schedule; LayoutB picks the forward (ColumnMajor: b is [N, K], K
-// contiguous) or dx (RowMajor: b is [K, N], N contiguous).
-template <class LayoutB, class Tile, class Cluster, class KernelSchedule, class EpilogueSchedule>
+// contiguous) or dx (RowMajor: b is [K, N], N contiguous); ElementD the output (bf16, or fp32 for linear_logp's
+// logits: the accumulator stored as it is, no rounding).
+template <class LayoutB, class Tile, class Cluster, class KernelSchedule, class EpilogueSchedule,
+          class ElementOut = Element>
 struct Config {
+  using ElementD = ElementOut;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, Acc, Acc, void, cutlass::layout::RowMajor, kAlign, Element,
+      cutlass::epilogue::collective::EpilogueTileAuto, Acc, Acc, void, cutlass::layout::RowMajor, kAlign, ElementD,
       cutlass::layout::RowMajor, kAlign, EpilogueSchedule>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, kAlign, Element,
@@ -54,10 +57,13 @@ struct Config {
 template <class LayoutB>
 using Small = Config<LayoutB, Shape<_64, _32, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                      cutlass::epilogue::TmaWarpSpecialized>;
-// 64 < M <= 1024
+// 64 < M <= 1024 (MidOut: the same tile with another output type)
+template <class LayoutB, class ElementOut>
+using MidOut = Config<LayoutB, Shape<_128, _128, _64>, Shape<_1, _1, _1>,
+                      cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                      cutlass::epilogue::TmaWarpSpecializedCooperative, ElementOut>;
 template <class LayoutB>
-using Mid = Config<LayoutB, Shape<_128, _128, _64>, Shape<_1, _1, _1>,
-                   cutlass::gemm::KernelTmaWarpSpecializedCooperative, cutlass::epilogue::TmaWarpSpecializedCooperative>;
+using Mid = MidOut<LayoutB, Element>;
 // M > 1024
 template <class LayoutB>
 using Large = Config<LayoutB, Shape<_128, _256, _64>, Shape<_1, _2, _1>,
@@ -67,9 +73,11 @@ using Large = Config<LayoutB, Shape<_128, _256, _64>, Shape<_1, _2, _1>,
 using Fwd = cutlass::layout::ColumnMajor;  // b [N, K]
 using Dx = cutlass::layout::RowMajor;      // b [K, N]
 
-template <class Cfg>
-cudaError_t run(const bf16* a, const bf16* b, bf16* c, int m, int n, int k, int device, int sm_count,
+template <class Cfg, class OutT = bf16>
+cudaError_t run(const bf16* a, const bf16* b, OutT* c, int m, int n, int k, int device, int sm_count,
                 cudaStream_t stream) {
+  using ElementD = typename Cfg::ElementD;
+  static_assert(sizeof(ElementD) == sizeof(OutT), "the output pointer's type is not the kernel's");
   using Gemm = typename Cfg::Gemm;
   using K = typename Gemm::GemmKernel;
   auto sa = cutlass::make_cute_packed_stride(typename K::StrideA{}, make_shape(m, k, 1));
@@ -80,7 +88,7 @@ cudaError_t run(const bf16* a, const bf16* b, bf16* c, int m, int n, int k, int 
   typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
                                 {m, n, k, 1},
                                 {reinterpret_cast<const Element*>(a), sa, reinterpret_cast<const Element*>(b), sb},
-                                {{1.0f, 0.0f}, nullptr, sc, reinterpret_cast<Element*>(c), sd},
+                                {{1.0f, 0.0f}, nullptr, sc, reinterpret_cast<ElementD*>(c), sd},
                                 hw};
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;

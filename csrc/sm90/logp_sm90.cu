@@ -1,5 +1,6 @@
 // logp for the Hopper profile: the selected-token log-probability of each row of bf16 logits, in fp32, in ONE pass
-// over the logits (the generic kernel, ../kernels/logprob.cu, reads each row twice with scalar loads).
+// over the logits (the generic kernel, ../kernels/logprob.cu, reads each row twice with scalar loads). The same
+// forward runs on fp32 logits for linear_logp (two 16-byte loads per 8-value vector, the same fold).
 //
 // Forward: one block of kThreads threads per row. The row is cut into 8-element vectors (16 bytes); thread l owns
 // vectors l, l + kThreads, l + 2 kThreads, ... and folds them IN THAT ORDER into an online (max, sum) pair: per
@@ -48,11 +49,15 @@ struct Vec8 {
 
 __device__ __forceinline__ float bf_to_f(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 
-// vector i of a row: 16-byte load (Aligned) or scalar loads with -inf past the row's end
-template <bool Aligned>
-__device__ __forceinline__ Vec8 load_vec(const bf16* __restrict__ row, int64_t i, int64_t vocab) {
+__device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(float x) { return x; }
+
+// vector i of a row (8 values): 16-byte loads (Aligned: one for bf16, two for fp32) or scalar loads with -inf past
+// the row's end
+template <typename InT, bool Aligned>
+__device__ __forceinline__ Vec8 load_vec(const InT* __restrict__ row, int64_t i, int64_t vocab) {
   Vec8 v;
-  if constexpr (Aligned) {
+  if constexpr (Aligned && sizeof(InT) == 2) {
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(row) + i);
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
@@ -60,11 +65,16 @@ __device__ __forceinline__ Vec8 load_vec(const bf16* __restrict__ row, int64_t i
       v.x[2 * j] = bf_to_f(w[j] & 0xffffu);
       v.x[2 * j + 1] = bf_to_f(w[j] >> 16);
     }
+  } else if constexpr (Aligned) {
+    const float4 lo = __ldg(reinterpret_cast<const float4*>(row) + 2 * i);
+    const float4 hi = __ldg(reinterpret_cast<const float4*>(row) + 2 * i + 1);
+    v.x[0] = lo.x, v.x[1] = lo.y, v.x[2] = lo.z, v.x[3] = lo.w;
+    v.x[4] = hi.x, v.x[5] = hi.y, v.x[6] = hi.z, v.x[7] = hi.w;
   } else {
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       const int64_t c = i * kVec + j;
-      v.x[j] = c < vocab ? __bfloat162float(row[c]) : -INFINITY;
+      v.x[j] = c < vocab ? to_f(row[c]) : -INFINITY;
     }
   }
   return v;
@@ -90,25 +100,26 @@ __device__ __forceinline__ void combine(float& m, float& s, float m2, float s2) 
   m = mc;
 }
 
-template <bool Aligned>
+// InT: bf16 logits (logp) or fp32 logits (linear_logp's, from the fp32-output GEMM)
+template <typename InT, bool Aligned>
 __global__ void __launch_bounds__(kThreads, 2)
-    ws1_sm90_logp_fwd(const bf16* __restrict__ logits, const int64_t* __restrict__ targets, float* __restrict__ out,
+    ws1_sm90_logp_fwd(const InT* __restrict__ logits, const int64_t* __restrict__ targets, float* __restrict__ out,
                       float* __restrict__ lse_out, int64_t vocab) {
   __shared__ float shared_m[kWarps];
   __shared__ float shared_s[kWarps];
   const int64_t t = blockIdx.x;
-  const bf16* row = logits + t * vocab;
+  const InT* row = logits + t * vocab;
   const int64_t nvec = (vocab + kVec - 1) / kVec;
   float m = -INFINITY, s = 0.0f;
   int64_t i = threadIdx.x;
   for (; i + (kAhead - 1) * kThreads < nvec; i += kAhead * kThreads) {
     Vec8 v[kAhead];
 #pragma unroll
-    for (int a = 0; a < kAhead; ++a) v[a] = load_vec<Aligned>(row, i + a * kThreads, vocab);
+    for (int a = 0; a < kAhead; ++a) v[a] = load_vec<InT, Aligned>(row, i + a * kThreads, vocab);
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) fold_vec(v[a], m, s);
   }
-  for (; i < nvec; i += kThreads) fold_vec(load_vec<Aligned>(row, i, vocab), m, s);
+  for (; i < nvec; i += kThreads) fold_vec(load_vec<InT, Aligned>(row, i, vocab), m, s);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
     const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
@@ -126,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int w = 1; w < kWarps; ++w) combine(bm, bs, shared_m[w], shared_s[w]);
     const float lse = bm + logf(bs);
     const int64_t target = targets[t];
-    const float x = (target >= 0 && target < vocab) ? __bfloat162float(row[target]) : NAN;
+    const float x = (target >= 0 && target < vocab) ? to_f(row[target]) : NAN;
     out[t] = x - lse;
     lse_out[t] = lse;
   }
@@ -148,7 +159,7 @@ __global__ void __launch_bounds__(kBwdThreads)
   const int64_t nvec = (vocab + kVec - 1) / kVec;
   if (i >= nvec) return;
   const bf16* row = logits + t * vocab;
-  const Vec8 v = load_vec<Aligned>(row, i, vocab);
+  const Vec8 v = load_vec<bf16, Aligned>(row, i, vocab);
   const float l = lse[t], gt = g[t];
   const int64_t target = targets[t];
   float d[kVec];
@@ -174,20 +185,31 @@ bool aligned_rows(const void* p, int64_t vocab) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && vocab % kVec == 0;
 }
 
+template <typename InT>
+cudaError_t launch_fwd(const InT* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
+                       int64_t vocab, cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  const auto grid = static_cast<unsigned>(tokens);
+  if (aligned_rows(logits, vocab)) {
+    ws1_sm90_logp_fwd<InT, true><<<grid, kThreads, 0, stream>>>(logits, targets, out, lse, vocab);
+  } else {
+    ws1_sm90_logp_fwd<InT, false><<<grid, kThreads, 0, stream>>>(logits, targets, out, lse, vocab);
+  }
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 bool logp_vector_path(const void* logits, int64_t vocab) { return aligned_rows(logits, vocab); }
 
 cudaError_t logp_fwd(const bf16* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
                      int64_t vocab, cudaStream_t stream) {
-  if (tokens == 0) return cudaSuccess;
-  const auto grid = static_cast<unsigned>(tokens);
-  if (aligned_rows(logits, vocab)) {
-    ws1_sm90_logp_fwd<true><<<grid, kThreads, 0, stream>>>(logits, targets, out, lse, vocab);
-  } else {
-    ws1_sm90_logp_fwd<false><<<grid, kThreads, 0, stream>>>(logits, targets, out, lse, vocab);
-  }
-  return cudaGetLastError();
+  return launch_fwd(logits, targets, out, lse, tokens, vocab, stream);
+}
+
+cudaError_t logp_fwd_f32(const float* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
+                         int64_t vocab, cudaStream_t stream) {
+  return launch_fwd(logits, targets, out, lse, tokens, vocab, stream);
 }
 
 cudaError_t logp_bwd(const bf16* logits, const int64_t* targets, const float* lse, const float* g, bf16* dlogits,
@@ -205,13 +227,15 @@ cudaError_t logp_bwd(const bf16* logits, const int64_t* targets, const float* ls
 }
 
 int logp_kernel_infos(KernelInfo* out, int cap) {
-  const void* fns[] = {reinterpret_cast<const void*>(ws1_sm90_logp_fwd<true>),
-                       reinterpret_cast<const void*>(ws1_sm90_logp_fwd<false>),
+  const void* fns[] = {reinterpret_cast<const void*>(ws1_sm90_logp_fwd<bf16, true>),
+                       reinterpret_cast<const void*>(ws1_sm90_logp_fwd<bf16, false>),
                        reinterpret_cast<const void*>(ws1_sm90_logp_bwd<true>),
-                       reinterpret_cast<const void*>(ws1_sm90_logp_bwd<false>)};
-  const char* names[] = {"ws1_sm90_logp_fwd_vec", "ws1_sm90_logp_fwd_scalar", "ws1_sm90_logp_bwd_vec",
-                         "ws1_sm90_logp_bwd_scalar"};
-  return fill_kernel_infos(out, cap, fns, names, 4);
+                       reinterpret_cast<const void*>(ws1_sm90_logp_bwd<false>),
+                       reinterpret_cast<const void*>(ws1_sm90_logp_fwd<float, true>),
+                       reinterpret_cast<const void*>(ws1_sm90_logp_fwd<float, false>)};
+  const char* names[] = {"ws1_sm90_logp_fwd_vec",     "ws1_sm90_logp_fwd_scalar",    "ws1_sm90_logp_bwd_vec",
+                         "ws1_sm90_logp_bwd_scalar",  "ws1_sm90_logp_fwd_f32_vec",   "ws1_sm90_logp_fwd_f32_scalar"};
+  return fill_kernel_infos(out, cap, fns, names, 6);
 }
 
 }  // namespace ws1::sm90

@@ -38,12 +38,21 @@ int gemm_small_infos(KernelInfo* out, int cap);
 int gemm_mid_infos(KernelInfo* out, int cap);
 int gemm_large_infos(KernelInfo* out, int cap);
 
+// c [m, n] fp32 = a [m, k] b^T, b [n, k] (gemm_sm90_f32.cu: the mid tile for every m, the accumulator stored
+// unrounded); n and k multiples of 8.
+cudaError_t gemm_f32out(const bf16* a, const bf16* b, float* c, int64_t m, int64_t n, int64_t k, int device,
+                        int sm_count, cudaStream_t stream);
+int gemm_f32out_infos(KernelInfo* out, int cap);
+
 // logp in one pass over bf16 logits [tokens, vocab] (logp_sm90.cu): out and lse fp32 [tokens]; the backward writes
 // dlogits bf16 [tokens, vocab]. 16-byte loads where the rows allow (logp_vector_path), the same arithmetic else.
 cudaError_t logp_fwd(const bf16* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
                      int64_t vocab, cudaStream_t stream);
 cudaError_t logp_bwd(const bf16* logits, const int64_t* targets, const float* lse, const float* g, bf16* dlogits,
                      int64_t tokens, int64_t vocab, cudaStream_t stream);
+// the same one-pass forward over fp32 logits (linear_logp's): the same vectors of 8, the same fold
+cudaError_t logp_fwd_f32(const float* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
+                         int64_t vocab, cudaStream_t stream);
 bool logp_vector_path(const void* logits, int64_t vocab);
 int logp_kernel_infos(KernelInfo* out, int cap);
 

@@ -48,6 +48,34 @@ Tensor gemm(const Tensor& a, const Tensor& b, bool b_trans) {
   return pad ? c.narrow(0, 0, m) : c;
 }
 
+// c = a b^T in fp32 (b [N, K]): linear_logp's logits; the same padding of short calls as gemm
+Tensor gemm_f32(const Tensor& a, const Tensor& b) {
+  check_bf16("sm90.gemm_f32", "a", a);
+  check_bf16("sm90.gemm_f32", "b", b);
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "ws1_sm90.gemm_f32: a and b must be 2-D");
+  const int64_t r = a.size(1), nc = b.size(0);
+  TORCH_CHECK(b.size(1) == r, "ws1_sm90.gemm_f32: inner sizes differ: a ", a.sizes(), ", b ", b.sizes());
+  TORCH_CHECK(r % ws1::sm90::kGemmAlign == 0 && nc % ws1::sm90::kGemmAlign == 0, "ws1_sm90.gemm_f32: the reduced (",
+              r, ") and output (", nc, ") widths must be multiples of ", ws1::sm90::kGemmAlign, " (16-byte TMA rows)");
+  const c10::cuda::CUDAGuard guard(a.device());
+  const int64_t m = a.size(0);
+  const auto f32 = a.options().dtype(at::kFloat);
+  if (m == 0) return at::empty({0, nc}, f32);
+  if (r == 0) return at::zeros({m, nc}, f32);
+  const bool pad = m < ws1::sm90::kPadRows;
+  const Tensor a_run = pad ? at::constant_pad_nd(a, {0, 0, 0, ws1::sm90::kPadRows - m}, 0) : a;
+  Tensor c = at::empty({a_run.size(0), nc}, f32);
+  const auto* props = at::cuda::getCurrentDeviceProperties();
+  check_launch("sm90.gemm_f32", ws1::sm90::gemm_f32out(bf(a_run), bf(b), c.data_ptr<float>(), a_run.size(0), nc, r,
+                                                       a.get_device(), props->multiProcessorCount,
+                                                       at::cuda::getCurrentCUDAStream()));
+  return pad ? c.narrow(0, 0, m).contiguous() : c;
+}
+
+Tensor gemm_f32_meta(const Tensor& a, const Tensor& b) {
+  return at::empty({a.size(0), b.size(0)}, a.options().dtype(at::kFloat));
+}
+
 Tensor gemm_meta(const Tensor& a, const Tensor& b, bool b_trans) {
   return at::empty({a.size(0), b_trans ? b.size(0) : b.size(1)}, a.options());
 }
@@ -72,6 +100,23 @@ std::tuple<Tensor, Tensor> logp_fwd(const Tensor& logits, const Tensor& targets)
   check_launch("sm90.logp_fwd", ws1::sm90::logp_fwd(bf(logits), targets.data_ptr<int64_t>(), out.data_ptr<float>(),
                                                     lse.data_ptr<float>(), logits.size(0), logits.size(1),
                                                     at::cuda::getCurrentCUDAStream()));
+  return {out, lse};
+}
+
+// the same one-pass forward over fp32 logits (linear_logp's, from gemm_f32)
+std::tuple<Tensor, Tensor> logp_fwd_f32(const Tensor& logits, const Tensor& targets) {
+  TORCH_CHECK(logits.is_cuda() && logits.scalar_type() == at::kFloat && logits.is_contiguous() && logits.dim() == 2,
+              "ws1_sm90.logp_fwd_f32: logits must be contiguous fp32 [T, V] on the device");
+  TORCH_CHECK(targets.is_cuda() && targets.scalar_type() == at::kLong && targets.dim() == 1 &&
+                  targets.is_contiguous() && targets.size(0) == logits.size(0),
+              "ws1_sm90.logp_fwd_f32: targets must be contiguous int64 [T] on the device, T = ", logits.size(0));
+  const c10::cuda::CUDAGuard guard(logits.device());
+  Tensor out = at::empty({logits.size(0)}, logits.options());
+  Tensor lse = at::empty({logits.size(0)}, logits.options());
+  check_launch("sm90.logp_fwd_f32",
+               ws1::sm90::logp_fwd_f32(logits.data_ptr<float>(), targets.data_ptr<int64_t>(), out.data_ptr<float>(),
+                                       lse.data_ptr<float>(), logits.size(0), logits.size(1),
+                                       at::cuda::getCurrentCUDAStream()));
   return {out, lse};
 }
 
@@ -107,6 +152,7 @@ bool logp_vector_path(const Tensor& logits) {
 std::vector<ws1::binding::AttributeRow> kernel_attributes() {
   ws1::KernelInfo infos[16];
   int n = ws1::sm90::gemm_kernel_infos(infos, 16);
+  n += ws1::sm90::gemm_f32out_infos(infos + n, 16 - n);
   n += ws1::sm90::logp_kernel_infos(infos + n, 16 - n);
   return ws1::binding::attribute_rows(infos, n);
 }
@@ -117,18 +163,24 @@ TORCH_LIBRARY(ws1_sm90, m) {
   m.def("gemm(Tensor a, Tensor b, bool b_trans) -> Tensor");
   m.def("logp_fwd(Tensor logits, Tensor targets) -> (Tensor, Tensor)");
   m.def("logp_bwd(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> Tensor");
+  m.def("gemm_f32(Tensor a, Tensor b) -> Tensor");
+  m.def("logp_fwd_f32(Tensor logits, Tensor targets) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) {
   m.impl("gemm", &gemm);
   m.impl("logp_fwd", &logp_fwd);
   m.impl("logp_bwd", &logp_bwd);
+  m.impl("gemm_f32", &gemm_f32);
+  m.impl("logp_fwd_f32", &logp_fwd_f32);
 }
 
 TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) {
   m.impl("gemm", &gemm_meta);
   m.impl("logp_fwd", &logp_fwd_meta);
   m.impl("logp_bwd", &logp_bwd_meta);
+  m.impl("gemm_f32", &gemm_f32_meta);
+  m.impl("logp_fwd_f32", &logp_fwd_meta);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -76,7 +76,7 @@ def test_the_hopper_entries_run_their_own_op_and_name_the_generic_weight_gradien
     assert set(sm90.OPS) == {"det_gemm", "lm_head"}
 
 
-def test_the_hopper_logp_runs_its_own_op_and_linear_logp_stays_generic() -> None:
+def test_the_hopper_logp_entries_run_their_own_ops() -> None:
     from ws1_kernels.cuda import logprob as generic_logp
     from ws1_kernels.cuda_sm90 import logprob as sm90_logp
 
@@ -86,4 +86,19 @@ def test_the_hopper_logp_runs_its_own_op_and_linear_logp_stays_generic() -> None
     assert not any(op.startswith("ws1.") for op in entry.declared_ops)
     # the control: the generic entry dispatches ws1.logp_fwd, which the Hopper entry must never do
     assert "ws1.logp_fwd" in generic_logp.OPS["logp"].declared_ops
-    assert set(sm90_logp.OPS) == {"logp"}  # linear_logp is the generic kernel, under its generic id
+    assert set(sm90_logp.OPS) == {"logp", "linear_logp"}
+
+
+def test_the_hopper_linear_logp_has_its_own_forward_and_names_the_generic_backward() -> None:
+    from ws1_kernels.cuda import logprob as generic_logp
+    from ws1_kernels.cuda_sm90 import logprob as sm90_logp
+
+    entry = sm90_logp.OPS["linear_logp"]
+    assert entry.kernel_id == "ws1.cuda_sm90.linear_logp.wgmma"
+    assert entry.kernel_ids == {generic_logp.LINEAR_KERNEL}  # the backward's launches record the generic id
+    assert {"ws1_sm90.gemm_f32", "ws1_sm90.logp_fwd_f32", "ws1.logp_bwd_f32", "ws1.gemm_wgrad"} <= entry.declared_ops
+    assert not {"ws1.gemm_f32_out", "ws1.logp_fwd_f32"} & entry.declared_ops
+    # the control: the generic forward is exactly what the Hopper entry leaves out
+    assert {"ws1.gemm_f32_out", "ws1.logp_fwd_f32"} <= generic_logp.OPS["linear_logp"].declared_ops
+    # the Hopper function's backward is the generic one, inherited, not a copy
+    assert sm90_logp._LinearLogp.backward is generic_logp._LinearLogp.backward

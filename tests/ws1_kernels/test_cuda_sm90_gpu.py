@@ -52,10 +52,11 @@ def _sass(module_file: str) -> str:
 
 def test_the_kernels_are_sm90a_machine_code() -> None:
     rows = cuda_sm90.kernel_attributes()
-    gemm = [r for r in rows if "logp" not in str(r["name"])]
     logp = [r for r in rows if "logp" in str(r["name"])]
-    assert len(gemm) == 6, rows  # forward and dx in each of three buckets
-    assert len(logp) == 4, rows  # forward and backward, 16-byte and scalar loads
+    f32out = [r for r in rows if "f32out" in str(r["name"])]
+    assert len(rows) - len(logp) - len(f32out) == 6, rows  # forward and dx in each of three buckets
+    assert len(f32out) == 1, rows  # linear_logp's fp32-output forward
+    assert len(logp) == 6, rows  # bf16 forward and backward, fp32 forward; 16-byte and scalar loads each
     for r in rows:
         assert r["error"] == "" and int(r["binary_version"]) == 90, r
 

@@ -155,3 +155,84 @@ def test_the_candidate_records_the_hopper_kernel_and_its_gradient_flows() -> Non
         out.sum().backward()
     assert seen.kernel_ids() == {logprob.KERNEL}
     assert logits.grad is not None and torch.isfinite(logits.grad[1:]).all()
+
+
+# ---------------------------------------------------------------------------------------- linear_logp's forward
+
+
+def _ab(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator(device=DEV).manual_seed(m + n + k)
+    a = torch.randn(m, k, generator=gen, device=DEV).to(torch.bfloat16)
+    b = (torch.randn(n, k, generator=gen, device=DEV) / 16).to(torch.bfloat16)
+    return a, b
+
+
+@pytest.mark.parametrize("m", [1, 63, 100, 1100])
+def test_the_fp32_gemm_rounds_to_the_bf16_gemms_bits(m: int) -> None:
+    """One mainloop, two epilogues: the fp32 output rounded to bf16 is the bf16 GEMM's output, bit for bit, in
+    every M bucket of the bf16 GEMM (the fp32 one has one tile for all M)."""
+    a, b = _ab(m, 1024, 512)
+    c32 = torch.ops.ws1_sm90.gemm_f32(a, b)
+    assert c32.dtype == torch.float32 and c32.shape == (m, 1024)
+    assert torch.equal(_bits(c32.to(torch.bfloat16)), _bits(torch.ops.ws1_sm90.gemm(a, b, True)))
+    torch.testing.assert_close(c32.double(), a.double() @ b.double().T, atol=1e-3, rtol=1e-5)
+
+
+def test_the_bf16_check_sees_a_perturbed_product() -> None:
+    a, b = _ab(100, 1024, 512)
+    c32 = torch.ops.ws1_sm90.gemm_f32(a, b)
+    c32[7, 9] += abs(float(c32[7, 9])) * 2**-6 + 1e-3  # a change that survives the rounding to bf16
+    assert not torch.equal(_bits(c32.to(torch.bfloat16)), _bits(torch.ops.ws1_sm90.gemm(a, b, True)))
+
+
+def test_a_row_of_the_fp32_gemm_has_the_same_bits_in_any_call() -> None:
+    a, b = _ab(1100, 512, 256)
+    whole = torch.ops.ws1_sm90.gemm_f32(a, b)
+    for lo, hi in ((0, 1), (5, 68), (1000, 1100), (0, 64)):
+        part = torch.ops.ws1_sm90.gemm_f32(a[lo:hi].contiguous(), b)
+        assert torch.equal(_bits(part), _bits(whole[lo:hi]))
+
+
+@pytest.mark.parametrize("v", [V_FULL, 1000, 1001])
+def test_the_fp32_forward_is_right_and_its_paths_agree(v: int) -> None:
+    ext = cuda_sm90.extension()
+    assert ext is not None
+    logits = _logits(5, v).float() * 1.03125  # values off the bf16 grid
+    targets = _targets(5, v)
+    out, lse = torch.ops.ws1_sm90.logp_fwd_f32(logits, targets)
+    want, _ = _reference(logits, targets)
+    torch.testing.assert_close(out.double(), want, atol=5e-5, rtol=1e-5)
+    skew = _misaligned_copy(logits)
+    assert ext.logp_vector_path(logits) == (v % 8 == 0) and not ext.logp_vector_path(skew)
+    o_s, l_s = torch.ops.ws1_sm90.logp_fwd_f32(skew, targets)
+    assert torch.equal(_bits(out), _bits(o_s)) and torch.equal(_bits(lse), _bits(l_s))
+
+
+def test_the_linear_logp_candidate_agrees_with_the_generic_one_and_records_both_ids() -> None:
+    from ws1_kernels import LayoutContext, launches
+    from ws1_kernels.cuda import logprob as generic
+    from ws1_kernels.cuda_sm90 import logprob
+
+    t, h, v = 40, 256, 1000
+    gen = torch.Generator(device=DEV).manual_seed(3)
+    x = torch.randn(t, h, generator=gen, device=DEV).to(torch.bfloat16)
+    targets = torch.randint(0, v, (t,), generator=gen, device=DEV)
+    ctx = LayoutContext(torch.zeros(t, dtype=torch.int64), torch.arange(t))
+    outs, grads = [], []
+    for fn in (logprob.linear_logp, generic.linear_logp):
+        w = (torch.randn(v, h, generator=torch.Generator(device=DEV).manual_seed(4), device=DEV) / 16).to(
+            torch.bfloat16
+        )
+        w.main_grad = torch.zeros(v, h, device=DEV)  # type: ignore[attr-defined]
+        w.requires_grad_(True)
+        xi = x.clone().requires_grad_(True)
+        with launches.observe() as seen:
+            out = fn(xi, w, targets, ctx)
+            out.sum().backward()
+        outs.append(out)
+        grads.append((xi.grad, w.main_grad))  # type: ignore[attr-defined]
+        if fn is logprob.linear_logp:
+            assert seen.kernel_ids() == {logprob.LINEAR_KERNEL, generic.LINEAR_KERNEL}
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(grads[0][0].float(), grads[1][0].float(), atol=1e-2, rtol=2.0**-7)
+    torch.testing.assert_close(grads[0][1], grads[1][1], atol=1e-4, rtol=1e-4)

@@ -7,7 +7,11 @@ reads each row twice with scalar loads (0.78 ms at 4096 x 151936 on the H200); t
 bandwidth. The backward is elementwise, one 16-byte vector per thread. A row whose address or width does not allow
 16-byte loads takes scalar loads and the same arithmetic (the GPU tests check that both give the same bits).
 
-linear_logp stays the generic kernel (fp32 logits, ``ws1.cuda.linear_logp.vocabblock``): its id says so.
+linear_logp: the forward's fp32 logits come from the Hopper GEMM with an fp32 epilogue (``ws1_sm90.gemm_f32``: the
+wgmma mainloop of det_gemm, the accumulator stored unrounded) and go through the same one-pass kernel on fp32
+(``ws1_sm90.logp_fwd_f32``). The logits are still materialised (``[T, V]`` fp32, as in the generic path), and the
+backward is the generic one (``dlogits`` as two bf16 halves through the generic dx and weight-gradient kernels), so
+its launches record the generic id.
 """
 
 from __future__ import annotations
@@ -17,11 +21,15 @@ import torch
 from .. import _validate as v
 from ..backend import OpEntry
 from ..context import LayoutContext
+from ..cuda import logprob as generic
 from ..cuda._common import check_inputs
 from ..launches import record
+from ..main_grad import check_main_grad
 from ..op_checks import check_targets
+from .linear import _check_align
 
 KERNEL = "ws1.cuda_sm90.logp.onepass"
+LINEAR_KERNEL = "ws1.cuda_sm90.linear_logp.wgmma"
 
 
 class _Logp(torch.autograd.Function):
@@ -52,6 +60,36 @@ def logp(logits: torch.Tensor, targets: torch.Tensor, ctx: LayoutContext) -> tor
     return _Logp.apply(logits, targets.contiguous())
 
 
+class _LinearLogp(generic._LinearLogp):
+    """The generic autograd function with the Hopper forward; its backward (the generic kernels) is inherited."""
+
+    @staticmethod
+    def forward(ctx, x, weight, targets, lctx):  # type: ignore[override]
+        record(LINEAR_KERNEL, "fwd")
+        logits = torch.ops.ws1_sm90.gemm_f32(x, weight)
+        out, lse = torch.ops.ws1_sm90.logp_fwd_f32(logits, targets)
+        ctx.save_for_backward(x, weight, targets, logits, lse)
+        ctx.lctx = lctx
+        return out
+
+
+def linear_logp(
+    x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ctx: LayoutContext
+) -> torch.Tensor:
+    """``log_softmax(x W^T)[t, targets[t]]`` with fp32 logits: ``[T,H], [V,H], [T] -> [T]``."""
+    where = "cuda_bf16_sm90.linear_logp"
+    v.tensor(where, "x", x, 2, None)
+    v.tensor(where, "weight", weight, 2, None)
+    v.dims(where, "weight", weight, (None, x.shape[1]))
+    _check_align(where, x, weight)
+    check_inputs(where, ctx, x.shape[0], x=x, weight=weight)
+    check_targets(where, targets, weight.shape[0], x.shape[0])
+    if targets.device != x.device:
+        raise v.KernelInputError(f"{where}: targets on {targets.device}, x on {x.device}")
+    check_main_grad(where, weight)
+    return _LinearLogp.apply(x, weight, targets.contiguous(), ctx)
+
+
 # aminmax/_local_scalar_dense: the host check of the target range; _to_copy/clone: g as contiguous fp32;
 # detach: autograd's bookkeeping
 _DECLARED = frozenset(
@@ -65,4 +103,11 @@ _DECLARED = frozenset(
         "aten.detach",
     }
 )
-OPS: dict[str, OpEntry] = {"logp": OpEntry(logp, KERNEL, _DECLARED)}
+_LINEAR_DECLARED = (generic._LINEAR_DECLARED - {"ws1.gemm_f32_out", "ws1.logp_fwd_f32"}) | {
+    "ws1_sm90.gemm_f32",
+    "ws1_sm90.logp_fwd_f32",
+}
+OPS: dict[str, OpEntry] = {
+    "logp": OpEntry(logp, KERNEL, _DECLARED),
+    "linear_logp": OpEntry(linear_logp, LINEAR_KERNEL, _LINEAR_DECLARED, frozenset({generic.LINEAR_KERNEL})),
+}
