@@ -96,7 +96,12 @@ def test_the_hopper_linear_logp_has_its_own_forward_and_names_the_generic_backwa
     entry = sm90_logp.OPS["linear_logp"]
     assert entry.kernel_id == "ws1.cuda_sm90.linear_logp.wgmma"
     assert entry.kernel_ids == {generic_logp.LINEAR_KERNEL}  # the backward's launches record the generic id
-    assert {"ws1_sm90.gemm_f32", "ws1_sm90.logp_fwd_f32", "ws1.logp_bwd_f32", "ws1.gemm_wgrad"} <= entry.declared_ops
+    assert {
+        "ws1_sm90.gemm_f32",
+        "ws1_sm90.logp_fwd_f32",
+        "ws1.logp_bwd_f32",
+        "ws1.gemm_wgrad",
+    } <= entry.declared_ops
     assert not {"ws1.gemm_f32_out", "ws1.logp_fwd_f32"} & entry.declared_ops
     # the control: the generic forward is exactly what the Hopper entry leaves out
     assert {"ws1.gemm_f32_out", "ws1.logp_fwd_f32"} <= generic_logp.OPS["linear_logp"].declared_ops
