@@ -105,5 +105,7 @@ def test_the_hopper_linear_logp_has_its_own_forward_and_names_the_generic_backwa
     assert not {"ws1.gemm_f32_out", "ws1.logp_fwd_f32"} & entry.declared_ops
     # the control: the generic forward is exactly what the Hopper entry leaves out
     assert {"ws1.gemm_f32_out", "ws1.logp_fwd_f32"} <= generic_logp.OPS["linear_logp"].declared_ops
-    # the Hopper function's backward is the generic one, inherited, not a copy
-    assert sm90_logp._LinearLogp.backward is generic_logp._LinearLogp.backward
+    # one forward handed to the generic function: the checks and the backward are the generic module's, not a copy
+    assert isinstance(sm90_logp.HOPPER_LINEAR, generic_logp.LinearLogpForward)
+    assert sm90_logp.HOPPER_LINEAR.kernel == entry.kernel_id
+    assert sm90_logp.HOPPER.kernel == sm90_logp.OPS["logp"].kernel_id != generic_logp.GENERIC.kernel

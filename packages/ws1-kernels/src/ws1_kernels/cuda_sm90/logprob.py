@@ -11,83 +11,45 @@ linear_logp: the forward's fp32 logits come from the Hopper GEMM with an fp32 ep
 wgmma mainloop of det_gemm, the accumulator stored unrounded) and go through the same one-pass kernel on fp32
 (``ws1_sm90.logp_fwd_f32``). The logits are still materialised (``[T, V]`` fp32, as in the generic path), and the
 backward is the generic one (``dlogits`` as two bf16 halves through the generic dx and weight-gradient kernels), so
-its launches record the generic id.
+its launches record the generic id (the generic module's autograd function, with this profile's forward).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .. import _validate as v
 from ..backend import OpEntry
 from ..context import LayoutContext
 from ..cuda import logprob as generic
-from ..cuda._common import check_inputs
-from ..launches import record
-from ..main_grad import check_main_grad
-from ..op_checks import check_targets
 from .linear import _check_align
 
 KERNEL = "ws1.cuda_sm90.logp.onepass"
 LINEAR_KERNEL = "ws1.cuda_sm90.linear_logp.wgmma"
 
-
-class _Logp(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, logits, targets):  # type: ignore[override]
-        record(KERNEL, "fwd")
-        out, lse = torch.ops.ws1_sm90.logp_fwd(logits, targets)
-        ctx.save_for_backward(logits, targets, lse)
-        return out
-
-    @staticmethod
-    def backward(ctx, g):  # type: ignore[override]
-        if not ctx.needs_input_grad[0]:
-            return None, None
-        record(KERNEL, "bwd")
-        logits, targets, lse = ctx.saved_tensors
-        return torch.ops.ws1_sm90.logp_bwd(logits, targets, lse, g.float().contiguous()), None
+HOPPER = generic.LogpKernels(
+    lambda logits, targets: torch.ops.ws1_sm90.logp_fwd(logits, targets),
+    lambda logits, targets, lse, g: torch.ops.ws1_sm90.logp_bwd(logits, targets, lse, g),
+    KERNEL,
+)
+HOPPER_LINEAR = generic.LinearLogpForward(
+    lambda x, weight: torch.ops.ws1_sm90.gemm_f32(x, weight),
+    lambda logits, targets: torch.ops.ws1_sm90.logp_fwd_f32(logits, targets),
+    LINEAR_KERNEL,
+)
 
 
 def logp(logits: torch.Tensor, targets: torch.Tensor, ctx: LayoutContext) -> torch.Tensor:
     """``log_softmax(logits)[t, targets[t]]`` in fp32: ``[T,V], [T] -> [T]``."""
-    where = "cuda_bf16_sm90.logp"
-    v.tensor(where, "logits", logits, 2, None)
-    check_inputs(where, ctx, logits.shape[0], logits=logits)
-    check_targets(where, targets, logits.shape[1], logits.shape[0])
-    if targets.device != logits.device:
-        raise v.KernelInputError(f"{where}: targets on {targets.device}, logits on {logits.device}")
-    return _Logp.apply(logits, targets.contiguous())
-
-
-class _LinearLogp(generic._LinearLogp):
-    """The generic autograd function with the Hopper forward; its backward (the generic kernels) is inherited."""
-
-    @staticmethod
-    def forward(ctx, x, weight, targets, lctx):  # type: ignore[override]
-        record(LINEAR_KERNEL, "fwd")
-        logits = torch.ops.ws1_sm90.gemm_f32(x, weight)
-        out, lse = torch.ops.ws1_sm90.logp_fwd_f32(logits, targets)
-        ctx.save_for_backward(x, weight, targets, logits, lse)
-        ctx.lctx = lctx
-        return out
+    return generic.checked_logp("cuda_bf16_sm90.logp", HOPPER, logits, targets, ctx)
 
 
 def linear_logp(
     x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ctx: LayoutContext
 ) -> torch.Tensor:
     """``log_softmax(x W^T)[t, targets[t]]`` with fp32 logits: ``[T,H], [V,H], [T] -> [T]``."""
-    where = "cuda_bf16_sm90.linear_logp"
-    v.tensor(where, "x", x, 2, None)
-    v.tensor(where, "weight", weight, 2, None)
-    v.dims(where, "weight", weight, (None, x.shape[1]))
-    _check_align(where, x, weight)
-    check_inputs(where, ctx, x.shape[0], x=x, weight=weight)
-    check_targets(where, targets, weight.shape[0], x.shape[0])
-    if targets.device != x.device:
-        raise v.KernelInputError(f"{where}: targets on {targets.device}, x on {x.device}")
-    check_main_grad(where, weight)
-    return _LinearLogp.apply(x, weight, targets.contiguous(), ctx)
+    return generic.checked_linear_logp(
+        "cuda_bf16_sm90.linear_logp", HOPPER_LINEAR, x, weight, targets, ctx, _check_align
+    )
 
 
 # aminmax/_local_scalar_dense: the host check of the target range; _to_copy/clone: g as contiguous fp32;
