@@ -52,6 +52,9 @@ for s in "$@"; do
                 --out "$ev/ncu/$op-$shp-$m" --force
             done ;;
     tune)   step tune "${TUNE_LIMIT:-240}" python3 ci/tune_kernels.py --out "$ev/tune.json" ${TUNE_ARGS:-} ;;
+    # the Triton host cost at M = 1 as shipped (the bound fast path) and through Triton's own launch, one file each
+    host)   step host-fast "${HOST_LIMIT:-120}" python3 ci/host_cost_triton.py --out "$ev/host-fast.json"
+            step host-jit "${HOST_LIMIT:-120}" env WS1_TRITON_LAUNCH=jit python3 ci/host_cost_triton.py --out "$ev/host-jit.json" ;;
     script) step "${SCRIPT_NAME:-script}" "${SCRIPT_LIMIT:-240}" bash -c "${SCRIPT:?set SCRIPT}" ;;
     # NOX_GLOBAL: nox's own flags (default --no-venv: one environment; empty: each profile in its own venv)
     nox)    step "${NOX_SESSION:-gpu_sm90}" "${NOX_LIMIT:-500}" python3 -m nox ${NOX_GLOBAL---no-venv} -s "${NOX_SESSION:-gpu_sm90}" -- ${NOX_ARGS:-} ;;
