@@ -18,3 +18,17 @@ def skip_module_without_cuda(*modules: str) -> None:
         if os.environ.get("WS1_REQUIRE_GPU") == "1":
             raise RuntimeError("WS1_REQUIRE_GPU=1: no CUDA device")
         pytest.skip("no CUDA device", allow_module_level=True)
+
+
+def skip_module_without_hopper() -> None:
+    """Skip the calling module unless the Hopper extension is built and the device is capability 9.0; in a GPU
+    session (``WS1_REQUIRE_GPU=1``) whose build holds 9.0a, a missing Hopper module or device is an error."""
+    from ws1_kernels import cuda, cuda_sm90
+
+    if cuda_sm90.missing_reason() is not None or not torch.cuda.is_available():
+        why = cuda_sm90.missing_reason() or "no CUDA device"
+        if os.environ.get("WS1_REQUIRE_GPU") == "1" and "9.0a" in cuda.built_targets():
+            raise RuntimeError(f"WS1_REQUIRE_GPU=1 with a 9.0a build: {why}")
+        pytest.skip(str(why), allow_module_level=True)
+    if torch.cuda.get_device_capability() != cuda_sm90.CAPABILITY:
+        pytest.skip("the Hopper kernels run on capability 9.0 only", allow_module_level=True)

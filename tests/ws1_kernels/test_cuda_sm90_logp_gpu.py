@@ -9,23 +9,15 @@ cuda_bf16_sm90`); speed is `ws1 bench --op logp`'s.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
+from cuda_only import skip_module_without_hopper
 
-from ws1_kernels import cuda, cuda_sm90
+from ws1_kernels import cuda_sm90
 
 pytestmark = [pytest.mark.gpu, pytest.mark.needs_build, pytest.mark.sm90]
-REQUIRED = os.environ.get("WS1_REQUIRE_GPU") == "1"
 
-if cuda_sm90.missing_reason() is not None or not torch.cuda.is_available():
-    why = cuda_sm90.missing_reason() or "no CUDA device"
-    if REQUIRED and "9.0a" in cuda.built_targets():
-        raise RuntimeError(f"WS1_REQUIRE_GPU=1 with a 9.0a build: {why}")
-    pytest.skip(str(why), allow_module_level=True)
-if torch.cuda.get_device_capability() != cuda_sm90.CAPABILITY:
-    pytest.skip("the Hopper kernels run on capability 9.0 only", allow_module_level=True)
+skip_module_without_hopper()
 
 DEV = "cuda"
 V_FULL = 151936
