@@ -1,15 +1,17 @@
 """The Hopper logp's two load paths under compute-sanitizer: one forward and one backward each of the 16-byte path
 (aligned rows, V % 8 == 0) and of the scalar path (rows 2 bytes off a 16-byte boundary, and V % 8 != 0, whose last
-vector is partial), at the full vocabulary and at odd widths; then the fp32 forward (linear_logp's) on the same
-cases.
+vector is partial), at the full vocabulary and at odd widths; then linear_logp's fused forward (the GEMM with the
+log-sum-exp epilogue, and the fold of its partials) at row counts on both sides of the 128-row tile and vocabularies
+with a partial last 128-wide block.
 
 `ci/sanitize_cuda.py` drives the candidates on the bench's inputs, which are fresh (aligned) allocations of the
 tiny widths: the scalar path and the partial last vector would never run under the sanitizer. This driver makes
 them run. It needs the Hopper module (`ws1_cuda_sm90_ext`) on the path and an sm_90 device; exit 0 when every
 call returned and the paths were the ones asked for, else one line and exit 1.
 
-    compute-sanitizer --tool memcheck --kernel-name kns=ws1_sm90_logp --error-exitcode 1 \\
-        python ci/sanitize_logp_sm90.py
+    compute-sanitizer --tool memcheck --error-exitcode 1 python ci/sanitize_logp_sm90.py
+
+(no kernel filter: the CUTLASS kernel's name is CUTLASS's; every kernel this script launches is checked)
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import sys
 import torch
 
 
-def _call(ext: object, rows: int, vocab: int, skew: bool, dtype: torch.dtype = torch.bfloat16) -> str:
+def _call(ext: object, rows: int, vocab: int, skew: bool) -> str:
     n = rows * vocab
-    buf = torch.randn(n + 8, device="cuda").to(dtype)
+    buf = torch.randn(n + 8, device="cuda").to(torch.bfloat16)
     logits = (buf[1 : 1 + n] if skew else buf[:n]).view(rows, vocab)
     targets = torch.arange(rows, device="cuda", dtype=torch.int64) * 7 % vocab
     g = torch.ones(rows, device="cuda")
@@ -29,13 +31,20 @@ def _call(ext: object, rows: int, vocab: int, skew: bool, dtype: torch.dtype = t
     want = not skew and vocab % 8 == 0
     if vector != want:
         raise RuntimeError(f"rows {rows} V {vocab} skew {skew}: vector path {vector}, expected {want}")
-    if dtype == torch.float32:  # linear_logp's forward on fp32 logits (its backward is the generic kernel)
-        torch.ops.ws1_sm90.logp_fwd_f32(logits, targets)
-    else:
-        _, lse = torch.ops.ws1_sm90.logp_fwd(logits, targets)
-        torch.ops.ws1_sm90.logp_bwd(logits, targets, lse, g)
+    _, lse = torch.ops.ws1_sm90.logp_fwd(logits, targets)
+    torch.ops.ws1_sm90.logp_bwd(logits, targets, lse, g)
     torch.cuda.synchronize()
     return "16-byte" if vector else "scalar"
+
+
+def _fused(rows: int, vocab: int, hidden: int) -> None:
+    x = torch.randn(rows, hidden, device="cuda").to(torch.bfloat16)
+    w = torch.randn(vocab, hidden, device="cuda").to(torch.bfloat16)
+    targets = torch.arange(rows, device="cuda", dtype=torch.int64) * 7 % vocab
+    out, _ = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
+    torch.cuda.synchronize()
+    if not bool(torch.isfinite(out).all()):
+        raise RuntimeError("a non-finite logprob")
 
 
 def main() -> int:
@@ -63,6 +72,19 @@ def main() -> int:
             return 1
         calls += 2
         print(f"sanitize_logp_sm90 rows={rows} V={vocab} skew={skew}: {path} path ok", flush=True)
+    for rows, vocab, hidden in ((1, 136, 64), (7, 1000, 64), (130, 1000, 128), (3, 151936, 64)):
+        try:
+            _fused(rows, vocab, hidden)
+        except Exception as exc:  # noqa: BLE001 - one line, then the exit status
+            print(
+                f"sanitize_logp_sm90 linear_logp rows={rows} V={vocab}: {str(exc).splitlines()[0]}",
+                flush=True,
+            )
+            return 1
+        calls += 1
+        print(
+            f"sanitize_logp_sm90 linear_logp rows={rows} V={vocab} H={hidden}: fused forward ok", flush=True
+        )
     print(f"sanitize_logp_sm90: {calls} calls, every path ran", flush=True)
     return 0
 

@@ -1,6 +1,6 @@
 // logp for the Hopper profile: the selected-token log-probability of each row of bf16 logits, in fp32, in ONE pass
-// over the logits (the generic kernel, ../kernels/logprob.cu, reads each row twice with scalar loads). The same
-// forward runs on fp32 logits for linear_logp (two 16-byte loads per 8-value vector, the same fold).
+// over the logits (the generic kernel, ../kernels/logprob.cu, reads each row twice with scalar loads). linear_logp
+// has its own fused forward (linear_logp_sm90.cu), which never writes its logits.
 //
 // Forward: one block of kThreads threads per row. The row is cut into 8-element vectors (16 bytes); thread l owns
 // vectors l, l + kThreads, l + 2 kThreads, ... and folds them IN THAT ORDER into an online (max, sum) pair: per
@@ -16,10 +16,10 @@
 // Backward: one thread per 8-element vector, dlogits = g * ([v == target] - 2^((x - lse) log2e)), one rounding to
 // bf16, 16-byte stores where aligned. Elementwise: nothing is reduced.
 //
-// exp: ex2.approx.f32 (MUFU; about 2 ulp), the instruction Triton's exp lowers to: the accurate expf costs about
-// 20 instructions an element, which at 622M elements (4096 x 151936) would make the kernel compute-bound.
+// exp, rescale, combine and the warp butterfly: online_lse.cuh.
 #include <cstdint>
 
+#include "online_lse.cuh"
 #include "ws1_sm90.h"
 
 namespace ws1::sm90 {
@@ -30,18 +30,10 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kVec = 8;       // bf16 values per 16-byte vector
 constexpr int kAhead = 4;     // vectors loaded before the first of them is folded
 constexpr int kBwdThreads = 256;
-constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// 2^((from - to) log2e), with an empty partial (from = -inf) weighing nothing
-__device__ __forceinline__ float rescale(float from, float to) {
-  return from == -INFINITY ? 0.0f : ex2((from - to) * kLog2e);
-}
+using lse::combine;
+using lse::ex2;
+using lse::kLog2e;
+using lse::rescale;
 
 struct Vec8 {
   float x[kVec];
@@ -50,14 +42,12 @@ struct Vec8 {
 __device__ __forceinline__ float bf_to_f(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 
 __device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f(float x) { return x; }
 
-// vector i of a row (8 values): 16-byte loads (Aligned: one for bf16, two for fp32) or scalar loads with -inf past
-// the row's end
-template <typename InT, bool Aligned>
-__device__ __forceinline__ Vec8 load_vec(const InT* __restrict__ row, int64_t i, int64_t vocab) {
+// vector i of a row (8 values): one 16-byte load (Aligned) or scalar loads with -inf past the row's end
+template <bool Aligned>
+__device__ __forceinline__ Vec8 load_vec(const bf16* __restrict__ row, int64_t i, int64_t vocab) {
   Vec8 v;
-  if constexpr (Aligned && sizeof(InT) == 2) {
+  if constexpr (Aligned) {
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(row) + i);
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
@@ -65,11 +55,6 @@ __device__ __forceinline__ Vec8 load_vec(const InT* __restrict__ row, int64_t i,
       v.x[2 * j] = bf_to_f(w[j] & 0xffffu);
       v.x[2 * j + 1] = bf_to_f(w[j] >> 16);
     }
-  } else if constexpr (Aligned) {
-    const float4 lo = __ldg(reinterpret_cast<const float4*>(row) + 2 * i);
-    const float4 hi = __ldg(reinterpret_cast<const float4*>(row) + 2 * i + 1);
-    v.x[0] = lo.x, v.x[1] = lo.y, v.x[2] = lo.z, v.x[3] = lo.w;
-    v.x[4] = hi.x, v.x[5] = hi.y, v.x[6] = hi.z, v.x[7] = hi.w;
   } else {
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
@@ -93,39 +78,26 @@ __device__ __forceinline__ void fold_vec(const Vec8& v, float& m, float& s) {
   s = acc;
 }
 
-__device__ __forceinline__ void combine(float& m, float& s, float m2, float s2) {
-  const float mc = fmaxf(m, m2);
-  if (mc == -INFINITY) return;
-  s = s * rescale(m, mc) + s2 * rescale(m2, mc);
-  m = mc;
-}
-
-// InT: bf16 logits (logp) or fp32 logits (linear_logp's, from the fp32-output GEMM)
-template <typename InT, bool Aligned>
+template <bool Aligned>
 __global__ void __launch_bounds__(kThreads, 2)
-    ws1_sm90_logp_fwd(const InT* __restrict__ logits, const int64_t* __restrict__ targets, float* __restrict__ out,
+    ws1_sm90_logp_fwd(const bf16* __restrict__ logits, const int64_t* __restrict__ targets, float* __restrict__ out,
                       float* __restrict__ lse_out, int64_t vocab) {
   __shared__ float shared_m[kWarps];
   __shared__ float shared_s[kWarps];
   const int64_t t = blockIdx.x;
-  const InT* row = logits + t * vocab;
+  const bf16* row = logits + t * vocab;
   const int64_t nvec = (vocab + kVec - 1) / kVec;
   float m = -INFINITY, s = 0.0f;
   int64_t i = threadIdx.x;
   for (; i + (kAhead - 1) * kThreads < nvec; i += kAhead * kThreads) {
     Vec8 v[kAhead];
 #pragma unroll
-    for (int a = 0; a < kAhead; ++a) v[a] = load_vec<InT, Aligned>(row, i + a * kThreads, vocab);
+    for (int a = 0; a < kAhead; ++a) v[a] = load_vec<Aligned>(row, i + a * kThreads, vocab);
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) fold_vec(v[a], m, s);
   }
-  for (; i < nvec; i += kThreads) fold_vec(load_vec<InT, Aligned>(row, i, vocab), m, s);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
-    const float s2 = __shfl_xor_sync(0xffffffffu, s, off);
-    combine(m, s, m2, s2);
-  }
+  for (; i < nvec; i += kThreads) fold_vec(load_vec<Aligned>(row, i, vocab), m, s);
+  lse::butterfly<32>(m, s);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) {
     shared_m[warp] = m;
@@ -159,7 +131,7 @@ __global__ void __launch_bounds__(kBwdThreads)
   const int64_t nvec = (vocab + kVec - 1) / kVec;
   if (i >= nvec) return;
   const bf16* row = logits + t * vocab;
-  const Vec8 v = load_vec<bf16, Aligned>(row, i, vocab);
+  const Vec8 v = load_vec<Aligned>(row, i, vocab);
   const float l = lse[t], gt = g[t];
   const int64_t target = targets[t];
   float d[kVec];
@@ -185,15 +157,14 @@ bool aligned_rows(const void* p, int64_t vocab) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && vocab % kVec == 0;
 }
 
-template <typename InT>
-cudaError_t launch_fwd(const InT* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
+cudaError_t launch_fwd(const bf16* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
                        int64_t vocab, cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
   const auto grid = static_cast<unsigned>(tokens);
   if (aligned_rows(logits, vocab)) {
-    ws1_sm90_logp_fwd<InT, true><<<grid, kThreads, 0, stream>>>(logits, targets, out, lse, vocab);
+    ws1_sm90_logp_fwd<true><<<grid, kThreads, 0, stream>>>(logits, targets, out, lse, vocab);
   } else {
-    ws1_sm90_logp_fwd<InT, false><<<grid, kThreads, 0, stream>>>(logits, targets, out, lse, vocab);
+    ws1_sm90_logp_fwd<false><<<grid, kThreads, 0, stream>>>(logits, targets, out, lse, vocab);
   }
   return cudaGetLastError();
 }
@@ -204,11 +175,6 @@ bool logp_vector_path(const void* logits, int64_t vocab) { return aligned_rows(l
 
 cudaError_t logp_fwd(const bf16* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
                      int64_t vocab, cudaStream_t stream) {
-  return launch_fwd(logits, targets, out, lse, tokens, vocab, stream);
-}
-
-cudaError_t logp_fwd_f32(const float* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
-                         int64_t vocab, cudaStream_t stream) {
   return launch_fwd(logits, targets, out, lse, tokens, vocab, stream);
 }
 
@@ -227,15 +193,13 @@ cudaError_t logp_bwd(const bf16* logits, const int64_t* targets, const float* ls
 }
 
 int logp_kernel_infos(KernelInfo* out, int cap) {
-  const void* fns[] = {reinterpret_cast<const void*>(ws1_sm90_logp_fwd<bf16, true>),
-                       reinterpret_cast<const void*>(ws1_sm90_logp_fwd<bf16, false>),
+  const void* fns[] = {reinterpret_cast<const void*>(ws1_sm90_logp_fwd<true>),
+                       reinterpret_cast<const void*>(ws1_sm90_logp_fwd<false>),
                        reinterpret_cast<const void*>(ws1_sm90_logp_bwd<true>),
-                       reinterpret_cast<const void*>(ws1_sm90_logp_bwd<false>),
-                       reinterpret_cast<const void*>(ws1_sm90_logp_fwd<float, true>),
-                       reinterpret_cast<const void*>(ws1_sm90_logp_fwd<float, false>)};
-  const char* names[] = {"ws1_sm90_logp_fwd_vec",     "ws1_sm90_logp_fwd_scalar",    "ws1_sm90_logp_bwd_vec",
-                         "ws1_sm90_logp_bwd_scalar",  "ws1_sm90_logp_fwd_f32_vec",   "ws1_sm90_logp_fwd_f32_scalar"};
-  return fill_kernel_infos(out, cap, fns, names, 6);
+                       reinterpret_cast<const void*>(ws1_sm90_logp_bwd<false>)};
+  const char* names[] = {"ws1_sm90_logp_fwd_vec", "ws1_sm90_logp_fwd_scalar", "ws1_sm90_logp_bwd_vec",
+                         "ws1_sm90_logp_bwd_scalar"};
+  return fill_kernel_infos(out, cap, fns, names, 4);
 }
 
 }  // namespace ws1::sm90

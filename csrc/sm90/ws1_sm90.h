@@ -44,15 +44,23 @@ cudaError_t gemm_f32out(const bf16* a, const bf16* b, float* c, int64_t m, int64
                         int sm_count, cudaStream_t stream);
 int gemm_f32out_infos(KernelInfo* out, int cap);
 
+// linear_logp's forward, fused (linear_logp_sm90.cu): out[t] = (x w^T)[t, targets[t]] - lse[t], lse[t] =
+// logsumexp of the row, fp32 [m] each, x [m, k], w [n, k]; the GEMM's epilogue reduces each 128-wide vocab block of
+// a row to a (max, sum) pair in `workspace` (fp32, linear_logp_workspace(m, n) values), which a second kernel folds;
+// the [m, n] logits are never written. n and k multiples of 8.
+int64_t linear_logp_blocks(int64_t vocab);
+inline int64_t linear_logp_workspace(int64_t m, int64_t vocab) { return m * (2 * linear_logp_blocks(vocab) + 1); }
+cudaError_t linear_logp_fwd(const bf16* x, const bf16* w, const int64_t* targets, float* workspace, float* out,
+                            float* lse, int64_t m, int64_t n, int64_t k, int device, int sm_count,
+                            cudaStream_t stream);
+int linear_logp_infos(KernelInfo* out, int cap);
+
 // logp in one pass over bf16 logits [tokens, vocab] (logp_sm90.cu): out and lse fp32 [tokens]; the backward writes
 // dlogits bf16 [tokens, vocab]. 16-byte loads where the rows allow (logp_vector_path), the same arithmetic else.
 cudaError_t logp_fwd(const bf16* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
                      int64_t vocab, cudaStream_t stream);
 cudaError_t logp_bwd(const bf16* logits, const int64_t* targets, const float* lse, const float* g, bf16* dlogits,
                      int64_t tokens, int64_t vocab, cudaStream_t stream);
-// the same one-pass forward over fp32 logits (linear_logp's): the same vectors of 8, the same fold
-cudaError_t logp_fwd_f32(const float* logits, const int64_t* targets, float* out, float* lse, int64_t tokens,
-                         int64_t vocab, cudaStream_t stream);
 bool logp_vector_path(const void* logits, int64_t vocab);
 int logp_kernel_infos(KernelInfo* out, int cap);
 

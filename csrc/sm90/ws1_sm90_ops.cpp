@@ -82,6 +82,39 @@ Tensor gemm_meta(const Tensor& a, const Tensor& b, bool b_trans) {
 
 int64_t gemm_bucket(int64_t m) { return ws1::sm90::gemm_bucket(m); }
 
+// linear_logp's fused forward: (out, lse), fp32 [T] each; the logits are reduced in the GEMM's epilogue and never
+// written (the (max, sum) pairs of the 128-wide vocab blocks go to a workspace of T * (2 ceil(V / 128) + 1) floats)
+std::tuple<Tensor, Tensor> linear_logp_fwd(const Tensor& x, const Tensor& w, const Tensor& targets) {
+  check_bf16("sm90.linear_logp_fwd", "x", x);
+  check_bf16("sm90.linear_logp_fwd", "w", w);
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && w.size(1) == x.size(1),
+              "ws1_sm90.linear_logp_fwd: x [T, H] and w [V, H] expected, got ", x.sizes(), " and ", w.sizes());
+  const int64_t t = x.size(0), h = x.size(1), vocab = w.size(0);
+  TORCH_CHECK(h % ws1::sm90::kGemmAlign == 0 && vocab % ws1::sm90::kGemmAlign == 0,
+              "ws1_sm90.linear_logp_fwd: H (", h, ") and V (", vocab, ") must be multiples of ",
+              ws1::sm90::kGemmAlign, " (16-byte TMA rows)");
+  TORCH_CHECK(targets.is_cuda() && targets.scalar_type() == at::kLong && targets.dim() == 1 &&
+                  targets.is_contiguous() && targets.size(0) == t,
+              "ws1_sm90.linear_logp_fwd: targets must be contiguous int64 [T] on the device, T = ", t);
+  TORCH_CHECK(vocab > 0 && h > 0, "ws1_sm90.linear_logp_fwd: empty vocabulary or hidden width");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const auto f32 = x.options().dtype(at::kFloat);
+  Tensor out = at::empty({t}, f32);
+  Tensor lse = at::empty({t}, f32);
+  if (t == 0) return {out, lse};
+  Tensor workspace = at::empty({ws1::sm90::linear_logp_workspace(t, vocab)}, f32);
+  const auto* props = at::cuda::getCurrentDeviceProperties();
+  check_launch("sm90.linear_logp_fwd",
+               ws1::sm90::linear_logp_fwd(bf(x), bf(w), targets.data_ptr<int64_t>(), workspace.data_ptr<float>(),
+                                          out.data_ptr<float>(), lse.data_ptr<float>(), t, vocab, h, x.get_device(),
+                                          props->multiProcessorCount, at::cuda::getCurrentCUDAStream()));
+  return {out, lse};
+}
+
+std::tuple<Tensor, Tensor> linear_logp_fwd_meta(const Tensor& x, const Tensor&, const Tensor&) {
+  return {at::empty({x.size(0)}, x.options().dtype(at::kFloat)), at::empty({x.size(0)}, x.options().dtype(at::kFloat))};
+}
+
 // ------------------------------------------------------------------------------------------- logp
 
 void check_targets(const char* op, const Tensor& logits, const Tensor& targets) {
@@ -100,23 +133,6 @@ std::tuple<Tensor, Tensor> logp_fwd(const Tensor& logits, const Tensor& targets)
   check_launch("sm90.logp_fwd", ws1::sm90::logp_fwd(bf(logits), targets.data_ptr<int64_t>(), out.data_ptr<float>(),
                                                     lse.data_ptr<float>(), logits.size(0), logits.size(1),
                                                     at::cuda::getCurrentCUDAStream()));
-  return {out, lse};
-}
-
-// the same one-pass forward over fp32 logits (linear_logp's, from gemm_f32)
-std::tuple<Tensor, Tensor> logp_fwd_f32(const Tensor& logits, const Tensor& targets) {
-  TORCH_CHECK(logits.is_cuda() && logits.scalar_type() == at::kFloat && logits.is_contiguous() && logits.dim() == 2,
-              "ws1_sm90.logp_fwd_f32: logits must be contiguous fp32 [T, V] on the device");
-  TORCH_CHECK(targets.is_cuda() && targets.scalar_type() == at::kLong && targets.dim() == 1 &&
-                  targets.is_contiguous() && targets.size(0) == logits.size(0),
-              "ws1_sm90.logp_fwd_f32: targets must be contiguous int64 [T] on the device, T = ", logits.size(0));
-  const c10::cuda::CUDAGuard guard(logits.device());
-  Tensor out = at::empty({logits.size(0)}, logits.options());
-  Tensor lse = at::empty({logits.size(0)}, logits.options());
-  check_launch("sm90.logp_fwd_f32",
-               ws1::sm90::logp_fwd_f32(logits.data_ptr<float>(), targets.data_ptr<int64_t>(), out.data_ptr<float>(),
-                                       lse.data_ptr<float>(), logits.size(0), logits.size(1),
-                                       at::cuda::getCurrentCUDAStream()));
   return {out, lse};
 }
 
@@ -154,6 +170,7 @@ std::vector<ws1::binding::AttributeRow> kernel_attributes() {
   int n = ws1::sm90::gemm_kernel_infos(infos, 16);
   n += ws1::sm90::gemm_f32out_infos(infos + n, 16 - n);
   n += ws1::sm90::logp_kernel_infos(infos + n, 16 - n);
+  n += ws1::sm90::linear_logp_infos(infos + n, 16 - n);
   return ws1::binding::attribute_rows(infos, n);
 }
 
@@ -164,7 +181,7 @@ TORCH_LIBRARY(ws1_sm90, m) {
   m.def("logp_fwd(Tensor logits, Tensor targets) -> (Tensor, Tensor)");
   m.def("logp_bwd(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> Tensor");
   m.def("gemm_f32(Tensor a, Tensor b) -> Tensor");
-  m.def("logp_fwd_f32(Tensor logits, Tensor targets) -> (Tensor, Tensor)");
+  m.def("linear_logp_fwd(Tensor x, Tensor w, Tensor targets) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) {
@@ -172,7 +189,7 @@ TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) {
   m.impl("logp_fwd", &logp_fwd);
   m.impl("logp_bwd", &logp_bwd);
   m.impl("gemm_f32", &gemm_f32);
-  m.impl("logp_fwd_f32", &logp_fwd_f32);
+  m.impl("linear_logp_fwd", &linear_logp_fwd);
 }
 
 TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) {
@@ -180,7 +197,7 @@ TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) {
   m.impl("logp_fwd", &logp_fwd_meta);
   m.impl("logp_bwd", &logp_bwd_meta);
   m.impl("gemm_f32", &gemm_f32_meta);
-  m.impl("logp_fwd_f32", &logp_fwd_meta);
+  m.impl("linear_logp_fwd", &linear_logp_fwd_meta);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -97,12 +97,16 @@ def test_the_hopper_linear_logp_has_its_own_forward_and_names_the_generic_backwa
     assert entry.kernel_id == "ws1.cuda_sm90.linear_logp.wgmma"
     assert entry.kernel_ids == {generic_logp.LINEAR_KERNEL}  # the backward's launches record the generic id
     assert {
-        "ws1_sm90.gemm_f32",
-        "ws1_sm90.logp_fwd_f32",
+        "ws1_sm90.linear_logp_fwd",  # the fused forward
+        "ws1_sm90.gemm_f32",  # the backward's recompute of the logits
         "ws1.logp_bwd_f32",
         "ws1.gemm_wgrad",
     } <= entry.declared_ops
     assert not {"ws1.gemm_f32_out", "ws1.logp_fwd_f32"} & entry.declared_ops
+    assert sm90_logp.HOPPER_LINEAR.fused is not None and sm90_logp.HOPPER_LINEAR.logp is None
+    assert (
+        generic_logp.GENERIC_LINEAR.fused is None
+    )  # the control: the generic forward materialises its logits
     # the control: the generic forward is exactly what the Hopper entry leaves out
     assert {"ws1.gemm_f32_out", "ws1.logp_fwd_f32"} <= generic_logp.OPS["linear_logp"].declared_ops
     # one forward handed to the generic function: the checks and the backward are the generic module's, not a copy

@@ -1,4 +1,5 @@
-"""The Hopper logp (`torch.ops.ws1_sm90.logp_fwd` / `logp_bwd`, csrc/sm90/logp_sm90.cu) on an sm_90 device.
+"""The Hopper logp (`torch.ops.ws1_sm90.logp_fwd` / `logp_bwd`, csrc/sm90/logp_sm90.cu) and linear_logp's fused
+forward (`ws1_sm90.linear_logp_fwd`, csrc/sm90/linear_logp_sm90.cu) on an sm_90 device.
 
 What only the chip can show: the one-pass forward and the elementwise backward are right against a float64
 reference (the negative control: a wrong target is seen); a row's bits do not depend on the other rows of the call,
@@ -185,19 +186,86 @@ def test_a_row_of_the_fp32_gemm_has_the_same_bits_in_any_call() -> None:
         assert torch.equal(_bits(part), _bits(whole[lo:hi]))
 
 
-@pytest.mark.parametrize("v", [V_FULL, 1000, 1001])
-def test_the_fp32_forward_is_right_and_its_paths_agree(v: int) -> None:
-    ext = cuda_sm90.extension()
-    assert ext is not None
-    logits = _logits(5, v).float() * 1.03125  # values off the bf16 grid
-    targets = _targets(5, v)
-    out, lse = torch.ops.ws1_sm90.logp_fwd_f32(logits, targets)
-    want, _ = _reference(logits, targets)
-    torch.testing.assert_close(out.double(), want, atol=5e-5, rtol=1e-5)
-    skew = _misaligned_copy(logits)
-    assert ext.logp_vector_path(logits) == (v % 8 == 0) and not ext.logp_vector_path(skew)
-    o_s, l_s = torch.ops.ws1_sm90.logp_fwd_f32(skew, targets)
-    assert torch.equal(_bits(out), _bits(o_s)) and torch.equal(_bits(lse), _bits(l_s))
+def _xwt(t: int, v: int, h: int = 512, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator(device=DEV).manual_seed(seed + t + v)
+    x = torch.randn(t, h, generator=gen, device=DEV).to(torch.bfloat16)
+    w = (torch.randn(v, h, generator=gen, device=DEV) / 4).to(torch.bfloat16)
+    if t > 1:
+        x[1] *= 16  # a large-magnitude row
+    return x, w, _targets(t, v)
+
+
+# V_FULL: 1187 full vocab blocks; 1000 and 136: a partial last block (its columns past V must weigh nothing)
+@pytest.mark.parametrize("v", [V_FULL, 1000, 136])
+@pytest.mark.parametrize("t", [1, 5, 130])
+def test_the_fused_forward_is_right(t: int, v: int) -> None:
+    x, w, targets = _xwt(t, v)
+    out, lse = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
+    want, lsm = _reference(x.double() @ w.double().T, targets)
+    torch.testing.assert_close(out.double(), want, atol=1e-4, rtol=1e-5)
+    logits = x.double() @ w.double().T
+    torch.testing.assert_close(lse.double(), torch.logsumexp(logits, -1), atol=1e-4, rtol=1e-5)
+    # the negative control: the next column's logprob is another number, which the check above must not accept
+    other = lsm.gather(1, ((targets + 1) % v)[:, None])[:, 0]
+    assert ((out.double() - other).abs() > 1e-3).any()
+
+
+def test_the_fused_target_logit_is_the_fp32_gemms_accumulator() -> None:
+    """The epilogue sees the accumulators that gemm_f32 stores (the backward recomputes its logits with it): the
+    target's logit minus lse, in fp32, is the fused output bit for bit."""
+    x, w, targets = _xwt(130, 1000)
+    out, lse = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
+    logits = torch.ops.ws1_sm90.gemm_f32(x, w)
+    assert torch.equal(_bits(out), _bits(logits.gather(1, targets[:, None])[:, 0] - lse))
+    # the control: another column's logit gives other bits
+    assert not torch.equal(_bits(out), _bits(logits.gather(1, ((targets + 1) % 1000)[:, None])[:, 0] - lse))
+
+
+def test_a_row_of_the_fused_forward_has_the_same_bits_in_any_call_and_run() -> None:
+    x, w, targets = _xwt(300, V_FULL)
+    out, lse = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
+    for lo, hi in ((0, 1), (5, 68), (128, 300), (299, 300), (0, 300)):
+        o, ls = torch.ops.ws1_sm90.linear_logp_fwd(x[lo:hi].contiguous(), w, targets[lo:hi].contiguous())
+        assert torch.equal(_bits(o), _bits(out[lo:hi])) and torch.equal(_bits(ls), _bits(lse[lo:hi]))
+    for _ in range(20):
+        o, ls = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
+        assert torch.equal(_bits(o), _bits(out)) and torch.equal(_bits(ls), _bits(lse))
+
+
+def test_the_fused_forward_never_writes_the_logits() -> None:
+    """Peak memory of the fused forward stays far below the [T, V] fp32 logits; the control: the unfused GEMM's
+    output alone reaches them."""
+    t, v = 1024, V_FULL
+    x, w, targets = _xwt(t, v, h=256)
+    logits_bytes = t * v * 4
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
+    torch.cuda.synchronize()
+    fused_peak = torch.cuda.max_memory_allocated() - base
+    torch.cuda.reset_peak_memory_stats()
+    torch.ops.ws1_sm90.gemm_f32(x, w)
+    torch.cuda.synchronize()
+    unfused_peak = torch.cuda.max_memory_allocated() - base
+    assert fused_peak < logits_bytes / 16, (fused_peak, logits_bytes)
+    assert unfused_peak >= logits_bytes
+
+
+def test_a_cuda_graph_replays_the_fused_bits() -> None:
+    x, w, targets = _xwt(64, 1000)
+    want, want_lse = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)  # warm-up on the capture stream
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(_bits(out), _bits(want)) and torch.equal(_bits(lse), _bits(want_lse))
 
 
 def test_the_linear_logp_candidate_agrees_with_the_generic_one_and_records_both_ids() -> None:

@@ -43,12 +43,24 @@ class LogpKernels:
 
 @dataclass(frozen=True)
 class LinearLogpForward:
-    """A profile's linear_logp forward: ``logits(x, weight)`` in fp32 and ``logp(logits, targets) -> (out, lse)``,
-    and the id it records; the backward is this module's (the generic kernels, recording ``LINEAR_KERNEL``)."""
+    """A profile's linear_logp forward and the id it records; the backward is this module's (the generic kernels,
+    recording ``LINEAR_KERNEL``).
+
+    ``logits(x, weight)`` gives the fp32 logits. Unfused (``logp`` set), the forward materialises them, runs
+    ``logp(logits, targets) -> (out, lse)`` and keeps them for the backward. Fused (``fused`` set), the forward is
+    ``fused(x, weight, targets) -> (out, lse)`` and never writes them: the backward recomputes them with ``logits``
+    (the same GEMM, so the same bits the fused forward reduced) and records ``kernel`` for that GEMM."""
 
     logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    logp: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
     kernel: str
+    logp: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
+    fused: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = (
+        None
+    )
+
+    def __post_init__(self) -> None:
+        if (self.logp is None) == (self.fused is None):
+            raise ValueError("LinearLogpForward: give exactly one of logp (unfused) and fused")
 
 
 class _Logp(torch.autograd.Function):
@@ -97,22 +109,32 @@ class _LinearLogp(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, targets, lctx, f):  # type: ignore[override]
         record(f.kernel, "fwd")
-        logits = f.logits(x, weight)
-        out, lse = f.logp(logits, targets)
-        ctx.save_for_backward(x, weight, targets, logits, lse)
-        ctx.lctx = lctx
+        if f.fused is not None:
+            out, lse = f.fused(x, weight, targets)
+            ctx.save_for_backward(x, weight, targets, lse)
+        else:
+            logits = f.logits(x, weight)
+            out, lse = f.logp(logits, targets)
+            ctx.save_for_backward(x, weight, targets, lse, logits)
+        ctx.lctx, ctx.f = lctx, f
         return out
 
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
-        x, weight, targets, logits, lse = ctx.saved_tensors
+        x, weight, targets, lse, *kept = ctx.saved_tensors
         do_dx, do_dw = bool(ctx.needs_input_grad[0]), bool(ctx.needs_input_grad[1])
         if not (do_dx or do_dw):
             return None, None, None, None, None
+        if kept:
+            (logits,) = kept
+        else:  # the fused forward kept no logits: the same GEMM again
+            record(ctx.f.kernel, "bwd")
+            logits = ctx.f.logits(x, weight)
         record(LINEAR_KERNEL, "bwd")
         # fp32 dlogits as two bf16 halves (hi + lo): each GEMM step takes both, near fp32 precision (one bf16
         # dlogits put the tiny-width long-tier weight gradient 2.4x over the contract's bound)
         hi, lo = torch.ops.ws1.logp_bwd_f32(logits, targets, lse, g.float().contiguous())
+        del logits
         dx = torch.ops.ws1.gemm(hi, weight, False, lo) if do_dx else None
         if do_dw:
             wgrad_into_main_grad(hi, x, weight, ctx.lctx, lo)
@@ -121,8 +143,8 @@ class _LinearLogp(torch.autograd.Function):
 
 GENERIC_LINEAR = LinearLogpForward(
     lambda x, weight: torch.ops.ws1.gemm_f32_out(x, weight),
-    lambda logits, targets: torch.ops.ws1.logp_fwd_f32(logits, targets),
     LINEAR_KERNEL,
+    logp=lambda logits, targets: torch.ops.ws1.logp_fwd_f32(logits, targets),
 )
 
 

@@ -7,11 +7,13 @@ reads each row twice with scalar loads (0.78 ms at 4096 x 151936 on the H200); t
 bandwidth. The backward is elementwise, one 16-byte vector per thread. A row whose address or width does not allow
 16-byte loads takes scalar loads and the same arithmetic (the GPU tests check that both give the same bits).
 
-linear_logp: the forward's fp32 logits come from the Hopper GEMM with an fp32 epilogue (``ws1_sm90.gemm_f32``: the
-wgmma mainloop of det_gemm, the accumulator stored unrounded) and go through the same one-pass kernel on fp32
-(``ws1_sm90.logp_fwd_f32``). The logits are still materialised (``[T, V]`` fp32, as in the generic path), and the
-backward is the generic one (``dlogits`` as two bf16 halves through the generic dx and weight-gradient kernels), so
-its launches record the generic id (the generic module's autograd function, with this profile's forward).
+linear_logp: the forward is fused (``ws1_sm90.linear_logp_fwd``, csrc/sm90/linear_logp_sm90.cu). The GEMM's
+epilogue (det_gemm's wgmma mainloop, the 128 x 128 tile for every M) reduces each row's 128-wide vocab block of fp32
+logits, still in registers, to a (max, sum of exp) pair; a second kernel folds a row's pairs in ascending block
+order. The ``[T, V]`` fp32 logits are never written: the forward keeps ``lse`` only. The backward recomputes the
+logits with the same GEMM (``ws1_sm90.gemm_f32``: the same accumulators, stored unrounded), then runs the generic
+backward (``dlogits`` as two bf16 halves through the generic dx and weight-gradient kernels), so its launches
+record this profile's id for the recompute and the generic id for the rest.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ HOPPER = generic.LogpKernels(
 )
 HOPPER_LINEAR = generic.LinearLogpForward(
     lambda x, weight: torch.ops.ws1_sm90.gemm_f32(x, weight),
-    lambda logits, targets: torch.ops.ws1_sm90.logp_fwd_f32(logits, targets),
     LINEAR_KERNEL,
+    fused=lambda x, weight, targets: torch.ops.ws1_sm90.linear_logp_fwd(x, weight, targets),
 )
 
 
@@ -65,9 +67,10 @@ _DECLARED = frozenset(
         "aten.detach",
     }
 )
+# the fused forward, and the backward's recompute of the logits (the generic backward's own ops otherwise)
 _LINEAR_DECLARED = (generic._LINEAR_DECLARED - {"ws1.gemm_f32_out", "ws1.logp_fwd_f32"}) | {
+    "ws1_sm90.linear_logp_fwd",
     "ws1_sm90.gemm_f32",
-    "ws1_sm90.logp_fwd_f32",
 }
 OPS: dict[str, OpEntry] = {
     "logp": OpEntry(logp, KERNEL, _DECLARED),
