@@ -52,11 +52,15 @@ def _sass(module_file: str) -> str:
 
 def test_the_kernels_are_sm90a_machine_code() -> None:
     rows = cuda_sm90.kernel_attributes()
-    logp = [r for r in rows if "logp" in str(r["name"])]
-    f32out = [r for r in rows if "f32out" in str(r["name"])]
-    assert len(rows) - len(logp) - len(f32out) == 6, rows  # forward and dx in each of three buckets
-    assert len(f32out) == 1, rows  # linear_logp's fp32-output forward
-    assert len(logp) == 6, rows  # bf16 forward and backward, fp32 forward; 16-byte and scalar loads each
+    names = [str(r["name"]) for r in rows]
+    logp = [n for n in names if n.startswith("ws1_sm90_logp_")]
+    linear_logp = [n for n in names if "linear_logp" in n or "lse_finalize" in n]
+    f32out = [n for n in names if "f32out" in n]
+    # logp: forward and backward, 16-byte and scalar loads each; linear_logp: the GEMM with the log-sum-exp
+    # epilogue and the fold of its partials; the fp32-output GEMM (the backward's recompute of the logits); the
+    # bf16 GEMM: forward and dx in each of three buckets
+    assert (len(logp), len(linear_logp), len(f32out)) == (4, 2, 1), names
+    assert len(names) - len(logp) - len(linear_logp) - len(f32out) == 6, names
     for r in rows:
         assert r["error"] == "" and int(r["binary_version"]) == 90, r
 
