@@ -38,10 +38,10 @@ int gemm_small_infos(KernelInfo* out, int cap);
 int gemm_mid_infos(KernelInfo* out, int cap);
 int gemm_large_infos(KernelInfo* out, int cap);
 
-// c [m, n] fp32 = a [m, k] b^T, b [n, k] (gemm_sm90_f32.cu: the mid tile for every m, the accumulator stored
-// unrounded); n and k multiples of 8.
-cudaError_t gemm_f32out(const bf16* a, const bf16* b, float* c, int64_t m, int64_t n, int64_t k, int device,
-                        int sm_count, cudaStream_t stream);
+// c [m, n] fp32 = a [m, k] b^T with b [n, k] (b_trans), or a b with b [k, n] (gemm_sm90_f32.cu: the mid tile
+// for every m, the accumulator stored unrounded); n and k multiples of 8.
+cudaError_t gemm_f32out(const bf16* a, const bf16* b, float* c, int64_t m, int64_t n, int64_t k, bool b_trans,
+                        int device, int sm_count, cudaStream_t stream);
 int gemm_f32out_infos(KernelInfo* out, int cap);
 
 // linear_logp's forward, fused (linear_logp_sm90.cu): out[t] = (x w^T)[t, targets[t]] - lse[t], lse[t] =

@@ -20,60 +20,64 @@ using ws1::binding::bf_mut;
 using ws1::binding::check_bf16;
 using ws1::binding::check_launch;
 
-// c = a b^T (b_trans: b [N, K]) or a b (b [K, N]); the M bucket picks the tile (ws1_sm90.h)
-Tensor gemm(const Tensor& a, const Tensor& b, bool b_trans) {
-  check_bf16("sm90.gemm", "a", a);
-  check_bf16("sm90.gemm", "b", b);
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "ws1_sm90.gemm: a and b must be 2-D");
+// What both GEMM ops check and how they pad a short call: c = a b^T (b_trans: b [N, K]) or a b (b [K, N]).
+// Fewer than kPadRows rows run on A zero-padded to kPadRows, and the op keeps the first m rows of C. Rows are
+// independent (row i of C reads row i of A only), so the kept rows have the bits of the unpadded product; with a
+// short A every tile's TMA reads the same few rows and the kernel ran at 0.4-0.8x cuBLAS (padded: 0.85-1.05x).
+struct GemmCall {
+  int64_t m, r, nc;
+  Tensor a_run;  // a, or a zero-padded to kPadRows rows
+};
+
+GemmCall gemm_call(const char* op, const Tensor& a, const Tensor& b, bool b_trans) {
+  check_bf16(op, "a", a);
+  check_bf16(op, "b", b);
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "ws1_", op, ": a and b must be 2-D");
   const int64_t r = a.size(1);
   const int64_t nc = b_trans ? b.size(0) : b.size(1);
-  TORCH_CHECK((b_trans ? b.size(1) : b.size(0)) == r, "ws1_sm90.gemm: inner sizes differ: a ", a.sizes(), ", b ",
+  TORCH_CHECK((b_trans ? b.size(1) : b.size(0)) == r, "ws1_", op, ": inner sizes differ: a ", a.sizes(), ", b ",
               b.sizes(), b_trans ? " (b transposed)" : "");
-  TORCH_CHECK(r % ws1::sm90::kGemmAlign == 0 && nc % ws1::sm90::kGemmAlign == 0, "ws1_sm90.gemm: the reduced (", r,
+  TORCH_CHECK(r % ws1::sm90::kGemmAlign == 0 && nc % ws1::sm90::kGemmAlign == 0, "ws1_", op, ": the reduced (", r,
               ") and output (", nc, ") widths must be multiples of ", ws1::sm90::kGemmAlign, " (16-byte TMA rows)");
-  const c10::cuda::CUDAGuard guard(a.device());
   const int64_t m = a.size(0);
-  if (m == 0) return at::empty({0, nc}, a.options());
-  if (r == 0) return at::zeros({m, nc}, a.options());
-  // Fewer than kPadRows rows: run on A zero-padded to kPadRows and keep the first m rows of C. Rows are
-  // independent (row i of C reads row i of A only), so the kept rows have the bits of the unpadded product; with
-  // a short A every tile's TMA reads the same few rows and the kernel ran at 0.4-0.8x cuBLAS (padded: 0.85-1.05x).
-  const bool pad = m < ws1::sm90::kPadRows;
-  const Tensor a_run = pad ? at::constant_pad_nd(a, {0, 0, 0, ws1::sm90::kPadRows - m}, 0) : a;
-  Tensor c = at::empty({a_run.size(0), nc}, a.options());
+  const bool pad = m > 0 && m < ws1::sm90::kPadRows;
+  return {m, r, nc, pad ? at::constant_pad_nd(a, {0, 0, 0, ws1::sm90::kPadRows - m}, 0) : a};
+}
+
+// the caller's rows of a padded call's output (the first rows of a row-major tensor: contiguous as they are)
+Tensor unpad(const GemmCall& g, const Tensor& c) { return g.a_run.size(0) == g.m ? c : c.narrow(0, 0, g.m); }
+
+// bf16 out; the M bucket picks the tile (ws1_sm90.h)
+Tensor gemm(const Tensor& a, const Tensor& b, bool b_trans) {
+  const GemmCall g = gemm_call("sm90.gemm", a, b, b_trans);
+  const c10::cuda::CUDAGuard guard(a.device());
+  if (g.m == 0) return at::empty({0, g.nc}, a.options());
+  if (g.r == 0) return at::zeros({g.m, g.nc}, a.options());
+  Tensor c = at::empty({g.a_run.size(0), g.nc}, a.options());
   const auto* props = at::cuda::getCurrentDeviceProperties();  // cached by torch: no query per call
-  check_launch("sm90.gemm", ws1::sm90::gemm(bf(a_run), bf(b), bf_mut(c), a_run.size(0), nc, r, b_trans,
+  check_launch("sm90.gemm", ws1::sm90::gemm(bf(g.a_run), bf(b), bf_mut(c), g.a_run.size(0), g.nc, g.r, b_trans,
                                             a.get_device(), props->multiProcessorCount,
                                             at::cuda::getCurrentCUDAStream()));
-  return pad ? c.narrow(0, 0, m) : c;
+  return unpad(g, c);
 }
 
-// c = a b^T in fp32 (b [N, K]): linear_logp's logits; the same padding of short calls as gemm
-Tensor gemm_f32(const Tensor& a, const Tensor& b) {
-  check_bf16("sm90.gemm_f32", "a", a);
-  check_bf16("sm90.gemm_f32", "b", b);
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "ws1_sm90.gemm_f32: a and b must be 2-D");
-  const int64_t r = a.size(1), nc = b.size(0);
-  TORCH_CHECK(b.size(1) == r, "ws1_sm90.gemm_f32: inner sizes differ: a ", a.sizes(), ", b ", b.sizes());
-  TORCH_CHECK(r % ws1::sm90::kGemmAlign == 0 && nc % ws1::sm90::kGemmAlign == 0, "ws1_sm90.gemm_f32: the reduced (",
-              r, ") and output (", nc, ") widths must be multiples of ", ws1::sm90::kGemmAlign, " (16-byte TMA rows)");
+// fp32 out, one tile for every M: linear_logp's backward (its logits, b_trans; its dx, not)
+Tensor gemm_f32(const Tensor& a, const Tensor& b, bool b_trans) {
+  const GemmCall g = gemm_call("sm90.gemm_f32", a, b, b_trans);
   const c10::cuda::CUDAGuard guard(a.device());
-  const int64_t m = a.size(0);
   const auto f32 = a.options().dtype(at::kFloat);
-  if (m == 0) return at::empty({0, nc}, f32);
-  if (r == 0) return at::zeros({m, nc}, f32);
-  const bool pad = m < ws1::sm90::kPadRows;
-  const Tensor a_run = pad ? at::constant_pad_nd(a, {0, 0, 0, ws1::sm90::kPadRows - m}, 0) : a;
-  Tensor c = at::empty({a_run.size(0), nc}, f32);
+  if (g.m == 0) return at::empty({0, g.nc}, f32);
+  if (g.r == 0) return at::zeros({g.m, g.nc}, f32);
+  Tensor c = at::empty({g.a_run.size(0), g.nc}, f32);
   const auto* props = at::cuda::getCurrentDeviceProperties();
-  check_launch("sm90.gemm_f32", ws1::sm90::gemm_f32out(bf(a_run), bf(b), c.data_ptr<float>(), a_run.size(0), nc, r,
-                                                       a.get_device(), props->multiProcessorCount,
-                                                       at::cuda::getCurrentCUDAStream()));
-  return pad ? c.narrow(0, 0, m).contiguous() : c;
+  check_launch("sm90.gemm_f32", ws1::sm90::gemm_f32out(bf(g.a_run), bf(b), c.data_ptr<float>(), g.a_run.size(0),
+                                                       g.nc, g.r, b_trans, a.get_device(),
+                                                       props->multiProcessorCount, at::cuda::getCurrentCUDAStream()));
+  return unpad(g, c);
 }
 
-Tensor gemm_f32_meta(const Tensor& a, const Tensor& b) {
-  return at::empty({a.size(0), b.size(0)}, a.options().dtype(at::kFloat));
+Tensor gemm_f32_meta(const Tensor& a, const Tensor& b, bool b_trans) {
+  return at::empty({a.size(0), b_trans ? b.size(0) : b.size(1)}, a.options().dtype(at::kFloat));
 }
 
 Tensor gemm_meta(const Tensor& a, const Tensor& b, bool b_trans) {
@@ -180,7 +184,7 @@ TORCH_LIBRARY(ws1_sm90, m) {
   m.def("gemm(Tensor a, Tensor b, bool b_trans) -> Tensor");
   m.def("logp_fwd(Tensor logits, Tensor targets) -> (Tensor, Tensor)");
   m.def("logp_bwd(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> Tensor");
-  m.def("gemm_f32(Tensor a, Tensor b) -> Tensor");
+  m.def("gemm_f32(Tensor a, Tensor b, bool b_trans) -> Tensor");
   m.def("linear_logp_fwd(Tensor x, Tensor w, Tensor targets) -> (Tensor, Tensor)");
 }
 

@@ -104,9 +104,13 @@ def test_the_hopper_linear_logp_has_its_own_forward_and_names_the_generic_backwa
     } <= entry.declared_ops
     assert not {"ws1.gemm_f32_out", "ws1.logp_fwd_f32"} & entry.declared_ops
     assert sm90_logp.HOPPER_LINEAR.fused is not None and sm90_logp.HOPPER_LINEAR.logp is None
+    # the control: the generic forward materialises its logits
+    assert generic_logp.GENERIC_LINEAR.fused is None
+    # dx is the Hopper GEMM's (ws1_sm90.gemm_f32 over each half): the generic dx GEMM is not declared
+    assert sm90_logp.HOPPER_LINEAR.dx is not None and "ws1.gemm" not in entry.declared_ops
     assert (
-        generic_logp.GENERIC_LINEAR.fused is None
-    )  # the control: the generic forward materialises its logits
+        generic_logp.GENERIC_LINEAR.dx is None and "ws1.gemm" in generic_logp.OPS["linear_logp"].declared_ops
+    )
     # the control: the generic forward is exactly what the Hopper entry leaves out
     assert {"ws1.gemm_f32_out", "ws1.logp_fwd_f32"} <= generic_logp.OPS["linear_logp"].declared_ops
     # one forward handed to the generic function: the checks and the backward are the generic module's, not a copy

@@ -160,29 +160,34 @@ def _ab(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return a, b
 
 
+@pytest.mark.parametrize("b_trans", [True, False], ids=["logits", "dx"])
 @pytest.mark.parametrize("m", [1, 63, 100, 1100])
-def test_the_fp32_gemm_rounds_to_the_bf16_gemms_bits(m: int) -> None:
+def test_the_fp32_gemm_rounds_to_the_bf16_gemms_bits(m: int, b_trans: bool) -> None:
     """One mainloop, two epilogues: the fp32 output rounded to bf16 is the bf16 GEMM's output, bit for bit, in
-    every M bucket of the bf16 GEMM (the fp32 one has one tile for all M)."""
+    every M bucket of the bf16 GEMM (the fp32 one has one tile for all M), for the logits (b [N, K]) and for dx
+    (b [K, N])."""
     a, b = _ab(m, 1024, 512)
-    c32 = torch.ops.ws1_sm90.gemm_f32(a, b)
+    if not b_trans:
+        b = b.T.contiguous()  # [K, N]
+    c32 = torch.ops.ws1_sm90.gemm_f32(a, b, b_trans)
     assert c32.dtype == torch.float32 and c32.shape == (m, 1024)
-    assert torch.equal(_bits(c32.to(torch.bfloat16)), _bits(torch.ops.ws1_sm90.gemm(a, b, True)))
-    torch.testing.assert_close(c32.double(), a.double() @ b.double().T, atol=1e-3, rtol=1e-5)
+    assert torch.equal(_bits(c32.to(torch.bfloat16)), _bits(torch.ops.ws1_sm90.gemm(a, b, b_trans)))
+    want = a.double() @ (b.double().T if b_trans else b.double())
+    torch.testing.assert_close(c32.double(), want, atol=1e-3, rtol=1e-5)
 
 
 def test_the_bf16_check_sees_a_perturbed_product() -> None:
     a, b = _ab(100, 1024, 512)
-    c32 = torch.ops.ws1_sm90.gemm_f32(a, b)
+    c32 = torch.ops.ws1_sm90.gemm_f32(a, b, True)
     c32[7, 9] += abs(float(c32[7, 9])) * 2**-6 + 1e-3  # a change that survives the rounding to bf16
     assert not torch.equal(_bits(c32.to(torch.bfloat16)), _bits(torch.ops.ws1_sm90.gemm(a, b, True)))
 
 
 def test_a_row_of_the_fp32_gemm_has_the_same_bits_in_any_call() -> None:
     a, b = _ab(1100, 512, 256)
-    whole = torch.ops.ws1_sm90.gemm_f32(a, b)
+    whole = torch.ops.ws1_sm90.gemm_f32(a, b, True)
     for lo, hi in ((0, 1), (5, 68), (1000, 1100), (0, 64)):
-        part = torch.ops.ws1_sm90.gemm_f32(a[lo:hi].contiguous(), b)
+        part = torch.ops.ws1_sm90.gemm_f32(a[lo:hi].contiguous(), b, True)
         assert torch.equal(_bits(part), _bits(whole[lo:hi]))
 
 
@@ -215,7 +220,7 @@ def test_the_fused_target_logit_is_the_fp32_gemms_accumulator() -> None:
     target's logit minus lse, in fp32, is the fused output bit for bit."""
     x, w, targets = _xwt(130, 1000)
     out, lse = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
-    logits = torch.ops.ws1_sm90.gemm_f32(x, w)
+    logits = torch.ops.ws1_sm90.gemm_f32(x, w, True)
     assert torch.equal(_bits(out), _bits(logits.gather(1, targets[:, None])[:, 0] - lse))
     # the control: another column's logit gives other bits
     assert not torch.equal(_bits(out), _bits(logits.gather(1, ((targets + 1) % 1000)[:, None])[:, 0] - lse))
@@ -245,7 +250,7 @@ def test_the_fused_forward_never_writes_the_logits() -> None:
     torch.cuda.synchronize()
     fused_peak = torch.cuda.max_memory_allocated() - base
     torch.cuda.reset_peak_memory_stats()
-    torch.ops.ws1_sm90.gemm_f32(x, w)
+    torch.ops.ws1_sm90.gemm_f32(x, w, True)
     torch.cuda.synchronize()
     unfused_peak = torch.cuda.max_memory_allocated() - base
     assert fused_peak < logits_bytes / 16, (fused_peak, logits_bytes)

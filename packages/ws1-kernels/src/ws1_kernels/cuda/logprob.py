@@ -49,7 +49,10 @@ class LinearLogpForward:
     ``logits(x, weight)`` gives the fp32 logits. Unfused (``logp`` set), the forward materialises them, runs
     ``logp(logits, targets) -> (out, lse)`` and keeps them for the backward. Fused (``fused`` set), the forward is
     ``fused(x, weight, targets) -> (out, lse)`` and never writes them: the backward recomputes them with ``logits``
-    (the same GEMM, so the same bits the fused forward reduced) and records ``kernel`` for that GEMM."""
+    (the same GEMM, so the same bits the fused forward reduced) and records ``kernel`` for that GEMM.
+
+    ``dx(hi, lo, weight) -> dx`` (bf16), if set, replaces the generic dx GEMM over the two bf16 halves of
+    ``dlogits`` and records ``kernel``."""
 
     logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     kernel: str
@@ -57,6 +60,7 @@ class LinearLogpForward:
     fused: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = (
         None
     )
+    dx: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         if (self.logp is None) == (self.fused is None):
@@ -135,7 +139,12 @@ class _LinearLogp(torch.autograd.Function):
         # dlogits put the tiny-width long-tier weight gradient 2.4x over the contract's bound)
         hi, lo = torch.ops.ws1.logp_bwd_f32(logits, targets, lse, g.float().contiguous())
         del logits
-        dx = torch.ops.ws1.gemm(hi, weight, False, lo) if do_dx else None
+        dx = None
+        if do_dx and ctx.f.dx is not None:
+            record(ctx.f.kernel, "bwd")
+            dx = ctx.f.dx(hi, lo, weight)
+        elif do_dx:
+            dx = torch.ops.ws1.gemm(hi, weight, False, lo)
         if do_dw:
             wgrad_into_main_grad(hi, x, weight, ctx.lctx, lo)
         return dx, None, None, None, None

@@ -11,9 +11,10 @@ linear_logp: the forward is fused (``ws1_sm90.linear_logp_fwd``, csrc/sm90/linea
 epilogue (det_gemm's wgmma mainloop, the 128 x 128 tile for every M) reduces each row's 128-wide vocab block of fp32
 logits, still in registers, to a (max, sum of exp) pair; a second kernel folds a row's pairs in ascending block
 order. The ``[T, V]`` fp32 logits are never written: the forward keeps ``lse`` only. The backward recomputes the
-logits with the same GEMM (``ws1_sm90.gemm_f32``: the same accumulators, stored unrounded), then runs the generic
-backward (``dlogits`` as two bf16 halves through the generic dx and weight-gradient kernels), so its launches
-record this profile's id for the recompute and the generic id for the rest.
+logits with the same GEMM (``ws1_sm90.gemm_f32``: the same accumulators, stored unrounded) and splits ``dlogits``
+into two bf16 halves with the generic kernel. dx is the Hopper GEMM again (each half times the weight with an fp32
+store, summed in fp32, rounded once); the weight gradient is the generic sample-block kernel. Its launches record
+this profile's id for the recompute and dx, and the generic id for the rest.
 """
 
 from __future__ import annotations
@@ -33,10 +34,21 @@ HOPPER = generic.LogpKernels(
     lambda logits, targets, lse, g: torch.ops.ws1_sm90.logp_bwd(logits, targets, lse, g),
     KERNEL,
 )
+
+
+def _dx(hi: torch.Tensor, lo: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``dx = hi W + lo W``: each bf16 half of ``dlogits`` through the Hopper GEMM with an fp32 store (one
+    accumulator chain over V each), their sum in fp32, one rounding to bf16. Row-local, a fixed order."""
+    return (
+        torch.ops.ws1_sm90.gemm_f32(hi, weight, False) + torch.ops.ws1_sm90.gemm_f32(lo, weight, False)
+    ).to(torch.bfloat16)
+
+
 HOPPER_LINEAR = generic.LinearLogpForward(
-    lambda x, weight: torch.ops.ws1_sm90.gemm_f32(x, weight),
+    lambda x, weight: torch.ops.ws1_sm90.gemm_f32(x, weight, True),
     LINEAR_KERNEL,
     fused=lambda x, weight, targets: torch.ops.ws1_sm90.linear_logp_fwd(x, weight, targets),
+    dx=_dx,
 )
 
 
@@ -67,10 +79,12 @@ _DECLARED = frozenset(
         "aten.detach",
     }
 )
-# the fused forward, and the backward's recompute of the logits (the generic backward's own ops otherwise)
-_LINEAR_DECLARED = (generic._LINEAR_DECLARED - {"ws1.gemm_f32_out", "ws1.logp_fwd_f32"}) | {
+# the fused forward; the backward's recompute of the logits and its dx (gemm_f32, the halves summed by aten.add);
+# the generic backward's own ops otherwise (its dlogits split and weight gradient)
+_LINEAR_DECLARED = (generic._LINEAR_DECLARED - {"ws1.gemm_f32_out", "ws1.logp_fwd_f32", "ws1.gemm"}) | {
     "ws1_sm90.linear_logp_fwd",
     "ws1_sm90.gemm_f32",
+    "aten.add",
 }
 OPS: dict[str, OpEntry] = {
     "logp": OpEntry(logp, KERNEL, _DECLARED),
