@@ -73,6 +73,13 @@ using Large = Config<LayoutB, Shape<_128, _256, _64>, Shape<_1, _2, _1>,
 using Fwd = cutlass::layout::ColumnMajor;  // b [N, K]
 using Dx = cutlass::layout::RowMajor;      // b [K, N]
 
+// CUTLASS encodes its TMA descriptors through the driver API (cuTensorMapEncodeTiled), which needs the calling
+// thread's context current. A thread whose first CUDA work this is has none: autograd's backward worker, whose
+// tensors come from torch's cache without a runtime call, once failed the encode with CUDA_ERROR_INVALID_CONTEXT,
+// and CUTLASS only printed it and launched on the unwritten descriptor (an illegal instruction). cudaSetDevice makes
+// the device's primary context current (CUDA 12 and later), in well under a microsecond when it already is.
+inline cudaError_t bind_context(int device) { return cudaSetDevice(device); }
+
 template <class Cfg, class OutT = bf16>
 cudaError_t run(const bf16* a, const bf16* b, OutT* c, int m, int n, int k, int device, int sm_count,
                 cudaStream_t stream) {
@@ -90,6 +97,7 @@ cudaError_t run(const bf16* a, const bf16* b, OutT* c, int m, int n, int k, int 
                                 {reinterpret_cast<const Element*>(a), sa, reinterpret_cast<const Element*>(b), sb},
                                 {{1.0f, 0.0f}, nullptr, sc, reinterpret_cast<ElementD*>(c), sd},
                                 hw};
+  if (const cudaError_t e = bind_context(device); e != cudaSuccess) return e;
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
   if (Gemm::get_workspace_size(args) != 0) return cudaErrorInvalidValue;  // the persistent scheduler needs none

@@ -224,6 +224,7 @@ cudaError_t linear_logp_fwd(const bf16* x, const bf16* w, const int64_t* targets
                                 {reinterpret_cast<const Element*>(x), sa, reinterpret_cast<const Element*>(w), sb},
                                 {targets, partials, target_logit, n_blocks},
                                 hw};
+  if (const cudaError_t e = gemm_detail::bind_context(device); e != cudaSuccess) return e;
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
   if (Gemm::get_workspace_size(args) != 0) return cudaErrorInvalidValue;  // the persistent scheduler needs none

@@ -194,3 +194,52 @@ def test_the_built_modules_link_the_cpp_runtime_shared() -> None:
     setup = load_repo_script("csrc/setup.py", "ws1_csrc_setup_gpu")
     for module in (ws1_cuda_ext, ws1_cuda_sm90_ext):
         assert setup.static_runtime_symbols(module.__file__) == [], module.__file__
+
+
+# A thread whose first CUDA work is a Hopper op: torch hands it tensors from its cache without a runtime call, so
+# no context is current there when CUTLASS encodes its TMA descriptors through the driver API. Autograd's backward
+# worker is such a thread (the bench's first linear_logp backward hit it: CUDA_ERROR_INVALID_CONTEXT, then an
+# illegal instruction). The main thread computes the reference and leaves blocks of the outputs' sizes in the cache.
+_FIRST_WORK_IN_A_THREAD = """
+import threading, torch, ws1_kernels.cuda_sm90
+a = torch.randn(64, 256, device="cuda").to(torch.bfloat16)
+b = torch.randn(512, 256, device="cuda").to(torch.bfloat16)
+targets = torch.arange(64, device="cuda") * 7 % 512
+want = [torch.ops.ws1_sm90.gemm_f32(a, b, True), torch.ops.ws1_sm90.gemm(a, b, True),
+        *torch.ops.ws1_sm90.linear_logp_fwd(a, b, targets)]
+cached = [torch.empty_like(w) for w in want] + [torch.empty(64 * (2 * 4 + 1), device="cuda")]
+torch.cuda.synchronize()
+del cached
+got = {}
+def work():
+    try:
+        got["out"] = [torch.ops.ws1_sm90.gemm_f32(a, b, True), torch.ops.ws1_sm90.gemm(a, b, True),
+                      *torch.ops.ws1_sm90.linear_logp_fwd(a, b, targets)]
+        torch.cuda.synchronize()
+    except Exception as exc:
+        got["error"] = str(exc).splitlines()[0]
+t = threading.Thread(target=work)
+t.start()
+t.join()
+if "error" in got:
+    print("error:", got["error"])
+    raise SystemExit(1)
+same = [torch.equal(g.view(torch.int16 if g.dtype == torch.bfloat16 else torch.int32),
+                    w.view(torch.int16 if w.dtype == torch.bfloat16 else torch.int32)) for g, w in zip(got["out"], want)]
+print("same bits:", same)
+raise SystemExit(0 if all(same) else 1)
+"""
+
+
+def test_a_thread_whose_first_cuda_work_is_a_hopper_op_gets_the_main_threads_bits() -> None:
+    """In a child process, so that an illegal instruction fails this test rather than the whole run."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _FIRST_WORK_IN_A_THREAD],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ.copy(),
+    )
+    assert proc.returncode == 0, (proc.stdout[-1000:], proc.stderr[-2000:])
+    assert "same bits: [True, True, True, True]" in proc.stdout, proc.stdout
+    assert "Failed to initialize the TMA descriptor" not in proc.stderr, proc.stderr[-2000:]
