@@ -17,8 +17,15 @@ from evidence_files import EVIDENCE, REPO, evidence_files
 
 from ws1_harness.verdict import freshness
 
-#: bundle folder -> why its evidence is behind the code (to be replaced by the next GPU run)
+#: bundle folder, or "folder/profile" for one profile's files in it, -> why that evidence is behind the code (to be
+#: replaced by the next GPU run); every file a key covers must be stale, and only those files are exempt
 KNOWN_STALE: dict[str, str] = {
+    "merged-cuda-h100-d964334/cuda_bf16_sm90": (
+        "2380d02 makes the device's primary context current before CUTLASS encodes the Hopper GEMMs' TMA "
+        "descriptors (csrc/sm90/gemm_sm90.cuh, linear_logp_sm90.cu: a thread whose first CUDA work was a Hopper op "
+        "hit an illegal instruction); no GPU machine could be started after it this session, so the Hopper "
+        "profile's shard is the run's of d964334. The bundle's cuda_bf16 shards are unaffected and stay judged"
+    ),
     "gpu-sm90-c7fbc8a": (
         "the 36-layer triton_cuda_bf16 chain and its run's matrix (kept as a chain companion: evidence_files."
         "CHAIN_COMPANIONS): 4b063e8 factored the candidates' backward launches into shared functions and added "
@@ -36,6 +43,14 @@ def _folder(path: Path) -> str:
     return path.relative_to(EVIDENCE).parts[0]
 
 
+def _known_stale_key(path: Path, profile: str) -> str | None:
+    """The KNOWN_STALE key that covers this file, if any."""
+    for key in (_folder(path), f"{_folder(path)}/{profile}"):
+        if key in KNOWN_STALE:
+            return key
+    return None
+
+
 def test_this_is_a_git_checkout_with_history() -> None:
     """The check needs the history: without it every test below would fail, this says why first."""
     proc = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
@@ -44,7 +59,7 @@ def test_this_is_a_git_checkout_with_history() -> None:
 
 @pytest.mark.parametrize(
     ("path", "profile", "chain"),
-    [b for b in _bundles() if _folder(b[0]) not in KNOWN_STALE],
+    [b for b in _bundles() if _known_stale_key(b[0], b[1]) is None],
     ids=lambda x: str(x.relative_to(EVIDENCE)) if isinstance(x, Path) else str(x),
 )
 def test_committed_evidence_is_fresh(path: Path, profile: str, chain: bool) -> None:
@@ -53,14 +68,14 @@ def test_committed_evidence_is_fresh(path: Path, profile: str, chain: bool) -> N
     assert staleness.changed == (), staleness.message()
 
 
-@pytest.mark.parametrize("folder", sorted(KNOWN_STALE))
-def test_a_known_stale_bundle_is_really_stale(folder: str) -> None:
+@pytest.mark.parametrize("key", sorted(KNOWN_STALE))
+def test_a_known_stale_bundle_is_really_stale(key: str) -> None:
     stale = []
     for path, profile, chain in _bundles():
-        if _folder(path) == folder:
+        if _known_stale_key(path, profile) == key:
             commit = json.loads(path.read_text())["provenance"]["git_commit"]
             stale.append(freshness.check(REPO, path.name, profile, commit, chain=chain).changed)
-    assert stale and all(stale), f"{folder} is fresh (or gone): take it off KNOWN_STALE"
+    assert stale and all(stale), f"{key} is fresh (or gone): take it off KNOWN_STALE"
 
 
 def _git(root: Path, *args: str) -> str:
