@@ -17,6 +17,7 @@ call returned and the paths were the ones asked for, else one line and exit 1.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import torch
 
@@ -37,7 +38,7 @@ def _call(ext: object, rows: int, vocab: int, skew: bool) -> str:
     return "16-byte" if vector else "scalar"
 
 
-def _fused(rows: int, vocab: int, hidden: int) -> None:
+def _fused(rows: int, vocab: int, hidden: int) -> str:
     x = torch.randn(rows, hidden, device="cuda").to(torch.bfloat16)
     w = torch.randn(vocab, hidden, device="cuda").to(torch.bfloat16)
     targets = torch.arange(rows, device="cuda", dtype=torch.int64) * 7 % vocab
@@ -45,6 +46,7 @@ def _fused(rows: int, vocab: int, hidden: int) -> None:
     torch.cuda.synchronize()
     if not bool(torch.isfinite(out).all()):
         raise RuntimeError("a non-finite logprob")
+    return "fused forward ok"
 
 
 def main() -> int:
@@ -54,37 +56,24 @@ def main() -> int:
     if ext is None or not torch.cuda.is_available():
         print(f"sanitize_logp_sm90: {cuda_sm90.missing_reason() or 'no CUDA device'}", file=sys.stderr)
         return 1
+    # (label, the call, its kernel launches): one line each, the first failure ends the run
+    cases: list[tuple[str, Callable[[], str], int]] = [
+        (f"rows={r} V={v} skew={k}", lambda r=r, v=v, k=k: f"{_call(ext, r, v, k)} path ok", 2)
+        for r, v, k in ((3, 151936, False), (3, 151936, True), (5, 1001, False), (1, 8, False), (2, 9, True))
+    ]
+    cases += [
+        (f"linear_logp rows={r} V={v} H={h}", lambda r=r, v=v, h=h: _fused(r, v, h), 1)
+        for r, v, h in ((1, 136, 64), (7, 1000, 64), (130, 1000, 128), (3, 151936, 64))
+    ]
     calls = 0
-    for rows, vocab, skew in (
-        (3, 151936, False),
-        (3, 151936, True),
-        (5, 1001, False),
-        (1, 8, False),
-        (2, 9, True),
-    ):
+    for label, run, launches in cases:
         try:
-            path = _call(ext, rows, vocab, skew)
+            what = run()
         except Exception as exc:  # noqa: BLE001 - one line, then the exit status
-            print(
-                f"sanitize_logp_sm90 rows={rows} V={vocab} skew={skew}: {str(exc).splitlines()[0]}",
-                flush=True,
-            )
+            print(f"sanitize_logp_sm90 {label}: {str(exc).splitlines()[0]}", flush=True)
             return 1
-        calls += 2
-        print(f"sanitize_logp_sm90 rows={rows} V={vocab} skew={skew}: {path} path ok", flush=True)
-    for rows, vocab, hidden in ((1, 136, 64), (7, 1000, 64), (130, 1000, 128), (3, 151936, 64)):
-        try:
-            _fused(rows, vocab, hidden)
-        except Exception as exc:  # noqa: BLE001 - one line, then the exit status
-            print(
-                f"sanitize_logp_sm90 linear_logp rows={rows} V={vocab}: {str(exc).splitlines()[0]}",
-                flush=True,
-            )
-            return 1
-        calls += 1
-        print(
-            f"sanitize_logp_sm90 linear_logp rows={rows} V={vocab} H={hidden}: fused forward ok", flush=True
-        )
+        calls += launches
+        print(f"sanitize_logp_sm90 {label}: {what}", flush=True)
     print(f"sanitize_logp_sm90: {calls} calls, every path ran", flush=True)
     return 0
 

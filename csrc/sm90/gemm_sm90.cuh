@@ -80,6 +80,19 @@ using Dx = cutlass::layout::RowMajor;      // b [K, N]
 // the device's primary context current (CUDA 12 and later), in well under a microsecond when it already is.
 inline cudaError_t bind_context(int device) { return cudaSetDevice(device); }
 
+// Set up and launch one CUTLASS GEMM on `stream`: the context bound, no workspace (the persistent scheduler needs
+// none), CUTLASS's statuses turned into CUDA errors.
+template <class Gemm>
+cudaError_t run_gemm(typename Gemm::Arguments const& args, int device, cudaStream_t stream) {
+  if (const cudaError_t e = bind_context(device); e != cudaSuccess) return e;
+  Gemm gemm;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
+  if (Gemm::get_workspace_size(args) != 0) return cudaErrorInvalidValue;
+  if (gemm.initialize(args, nullptr, stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
+  if (gemm.run(stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
+  return cudaGetLastError();
+}
+
 template <class Cfg, class OutT = bf16>
 cudaError_t run(const bf16* a, const bf16* b, OutT* c, int m, int n, int k, int device, int sm_count,
                 cudaStream_t stream) {
@@ -97,13 +110,7 @@ cudaError_t run(const bf16* a, const bf16* b, OutT* c, int m, int n, int k, int 
                                 {reinterpret_cast<const Element*>(a), sa, reinterpret_cast<const Element*>(b), sb},
                                 {{1.0f, 0.0f}, nullptr, sc, reinterpret_cast<ElementD*>(c), sd},
                                 hw};
-  if (const cudaError_t e = bind_context(device); e != cudaSuccess) return e;
-  Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
-  if (Gemm::get_workspace_size(args) != 0) return cudaErrorInvalidValue;  // the persistent scheduler needs none
-  if (gemm.initialize(args, nullptr, stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
-  return cudaGetLastError();
+  return run_gemm<Gemm>(args, device, stream);
 }
 
 template <class Cfg>

@@ -113,21 +113,9 @@ class LseEpilogue {
       CUTLASS_PRAGMA_UNROLL
       for (int h = 0; h < 2; ++h) {
         const int64_t row = m0 + get<0>(coords(make_coord(0, h, 0), mm, 0));
-        // this lane's values of the row, in ascending column order: (nn, group, column of the pair)
-        float mx = -INFINITY;
-        CUTLASS_PRAGMA_UNROLL
-        for (int nn = 0; nn < kMmaN; ++nn) {
-          CUTLASS_PRAGMA_UNROLL
-          for (int g = 0; g < kCols; ++g) {
-            CUTLASS_PRAGMA_UNROLL
-            for (int p = 0; p < 2; ++p) {
-              const auto ix = make_coord(make_coord(p, h, g), mm, nn);
-              if (n0 + get<1>(coords(ix)) < n_total) mx = fmaxf(mx, acc(ix));
-            }
-          }
-        }
-        float s = 0.0f;
-        if (mx != -INFINITY) {
+        // f(value, column) over this lane's values of the row, in ascending column order: (nn, group, column
+        // of the pair); columns past V are left out
+        auto each_value = [&](auto&& f) {
           CUTLASS_PRAGMA_UNROLL
           for (int nn = 0; nn < kMmaN; ++nn) {
             CUTLASS_PRAGMA_UNROLL
@@ -135,27 +123,24 @@ class LseEpilogue {
               CUTLASS_PRAGMA_UNROLL
               for (int p = 0; p < 2; ++p) {
                 const auto ix = make_coord(make_coord(p, h, g), mm, nn);
-                if (n0 + get<1>(coords(ix)) < n_total) s += lse::ex2((acc(ix) - mx) * lse::kLog2e);
+                const int64_t col = n0 + get<1>(coords(ix));
+                if (col < n_total) f(acc(ix), col);
               }
             }
           }
-        }
+        };
+        float mx = -INFINITY;
+        each_value([&](float x, int64_t) { mx = fmaxf(mx, x); });
+        float s = 0.0f;
+        if (mx != -INFINITY) each_value([&](float x, int64_t) { s += lse::ex2((x - mx) * lse::kLog2e); });
         lse::butterfly<4>(mx, s);  // the quad that holds the row (every lane runs it: the shuffles are warp-wide)
         if (row < m_total) {
           if (lane % 4 == 0) params.partials[row * params.n_blocks + n_coord] = make_float2(mx, s);
           const int64_t t = params.targets[row];
           if (t >= n0 && t < n0 + kBlockN) {
-            CUTLASS_PRAGMA_UNROLL
-            for (int nn = 0; nn < kMmaN; ++nn) {
-              CUTLASS_PRAGMA_UNROLL
-              for (int g = 0; g < kCols; ++g) {
-                CUTLASS_PRAGMA_UNROLL
-                for (int p = 0; p < 2; ++p) {
-                  const auto ix = make_coord(make_coord(p, h, g), mm, nn);
-                  if (n0 + get<1>(coords(ix)) == t) params.target_logit[row] = acc(ix);
-                }
-              }
-            }
+            each_value([&](float x, int64_t col) {
+              if (col == t) params.target_logit[row] = x;
+            });
           }
         }
       }
@@ -224,13 +209,7 @@ cudaError_t linear_logp_fwd(const bf16* x, const bf16* w, const int64_t* targets
                                 {reinterpret_cast<const Element*>(x), sa, reinterpret_cast<const Element*>(w), sb},
                                 {targets, partials, target_logit, n_blocks},
                                 hw};
-  if (const cudaError_t e = gemm_detail::bind_context(device); e != cudaSuccess) return e;
-  Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
-  if (Gemm::get_workspace_size(args) != 0) return cudaErrorInvalidValue;  // the persistent scheduler needs none
-  if (gemm.initialize(args, nullptr, stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (const cudaError_t e = gemm_detail::run_gemm<Gemm>(args, device, stream); e != cudaSuccess) return e;
   const auto grid = static_cast<unsigned>((m + kFinalWarps - 1) / kFinalWarps);
   ws1_sm90_lse_finalize<<<grid, kFinalWarps * 32, 0, stream>>>(partials, target_logit, targets, out, lse, m, n,
                                                                 n_blocks);

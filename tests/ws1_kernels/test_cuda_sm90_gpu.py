@@ -141,6 +141,13 @@ def test_a_cuda_graph_and_torch_compile_give_the_eager_bits() -> None:
     assert not torch.equal(_bits(out), _bits(eager))
 
 
+def _child(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a child Python with this environment: a crash there fails one test, not the whole run."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=os.environ.copy()
+    )
+
+
 _MISALIGNED = """
 import torch, ws1_kernels.cuda_sm90
 a = torch.randn(4, 4100, device="cuda", dtype=torch.bfloat16)
@@ -159,13 +166,7 @@ def test_a_misaligned_width_is_refused_by_the_op() -> None:
     with an error, never a crash; in a child process, so that a crash is a failure here rather than the end of
     the whole test run. (It once crashed: the GPU machine's compiler linked a static copy of the C++ runtime into
     the module; csrc/setup.py now links it shared and refuses a module that carries one.)"""
-    proc = subprocess.run(
-        [sys.executable, "-c", _MISALIGNED],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=os.environ.copy(),
-    )
+    proc = _child(_MISALIGNED)
     assert proc.returncode == 1, (proc.returncode, proc.stdout[-500:], proc.stderr[-2000:])
     assert "refused:" in proc.stdout and "multiples of 8" in proc.stdout, proc.stdout
 
@@ -233,13 +234,7 @@ raise SystemExit(0 if all(same) else 1)
 
 def test_a_thread_whose_first_cuda_work_is_a_hopper_op_gets_the_main_threads_bits() -> None:
     """In a child process, so that an illegal instruction fails this test rather than the whole run."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _FIRST_WORK_IN_A_THREAD],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=os.environ.copy(),
-    )
+    proc = _child(_FIRST_WORK_IN_A_THREAD)
     assert proc.returncode == 0, (proc.stdout[-1000:], proc.stderr[-2000:])
     assert "same bits: [True, True, True, True]" in proc.stdout, proc.stdout
     assert "Failed to initialize the TMA descriptor" not in proc.stderr, proc.stderr[-2000:]
