@@ -166,7 +166,8 @@ def test_ratio_rates_and_verdicts_follow_the_fake_times(tmp_path: Path) -> None:
         ("logp", "fwd", 4096, {"V": 5000}, None),
         ("swiglu", "bwd", 16384, {}, ">= 85% of copy"),
         ("embedding", "bwd", 16384, {}, None),
-        ("linear_logp", "fwd", 4096, {}, None),
+        ("linear_logp", "fwd", 4096, {}, "<= 1.1x lm_head fwd (same M, this run)"),
+        ("linear_logp", "bwd", 4096, {}, None),
         ("attention_decode", "fwd", 64, {}, ">= 70% of copy (KV read)"),
         ("attention_decode", "fwd", 1, {}, None),
     ],
@@ -191,6 +192,51 @@ def test_judge_edges() -> None:
     assert targets.judge(copy, None, 1.0, 849.0, 1000.0) is False
     assert targets.judge(copy, None, 1.0, 849.0, None) is None  # no ceiling measured: not judged
     assert targets.judge(None, 2.0, 1.0, 1.0, 1.0) is None
+    ref = targets.Target("reference_ratio_max", 1.1, "")
+    assert targets.judge(ref, None, 1.1, None, None, reference_ms=1.0) is True
+    assert targets.judge(ref, None, 1.11, None, None, reference_ms=1.0) is False
+    assert targets.judge(ref, None, 1.0, None, None) is None  # no reference row: not judged
+
+
+def _row(op: str, phase: str, m: int, ms: float | None, status: str = "ok") -> dict:
+    t = targets.target_for(op, phase, m, {})
+    return {"op": op, "phase": phase, "m": m, "status": status, "candidate_ms": ms,
+            "target": t.to_json() if t else None, "target_met": None}  # fmt: skip
+
+
+def test_a_fused_row_is_judged_against_its_gemm_of_the_same_run_and_m() -> None:
+    rows = [
+        _row("linear_logp", "fwd", 512, 1.265),
+        _row("linear_logp", "fwd", 4096, 7.9),
+        _row("linear_logp", "fwd", 64, 0.5),
+        _row("lm_head", "fwd", 512, 1.021),
+        _row("lm_head", "fwd", 4096, 7.281),
+        _row("lm_head", "fwd", 64, 0.45, status="error"),  # an error row is no reference
+        _row("lm_head", "bwd", 512, 0.1),  # another phase is no reference
+    ]
+    linked = targets.link_references(rows)
+    assert [(r["m"], r["target_met"]) for r in linked] == [(512, False), (4096, True), (64, None)]
+    assert rows[0]["reference"] == {"op": "lm_head", "phase": "fwd", "m": 512, "candidate_ms": 1.021}
+    assert rows[2]["reference"] is None
+
+
+def test_a_run_with_both_ops_links_them_and_a_run_without_the_gemm_does_not(tmp_path: Path) -> None:
+    times = {"candidate": 0.5, "peer": 2.0, "copy": 0.001, "mm": 0.25}
+
+    def run(*ops: str) -> dict:
+        opts = _opts(tmp_path, "portable_cpu", ops=ops, ms=(4,))
+        doc = collect(opts, ["bench"], timer=FakeTimer(times), progress=None)
+        records.validate(doc, "doc")  # the counts include the linked verdicts
+        return doc
+
+    both = run("linear_logp", "lm_head")
+    fwd = next(r for r in both["rows"] if (r["op"], r["phase"]) == ("linear_logp", "fwd"))
+    assert fwd["reference"]["candidate_ms"] == 0.5 and fwd["target_met"] is True
+    assert "1.00x of 0.5000 ms" in records.render_markdown(both, "x.json")
+    alone = run("linear_logp")  # the control: no lm_head row, so nothing to judge against
+    fwd = next(r for r in alone["rows"] if (r["op"], r["phase"]) == ("linear_logp", "fwd"))
+    assert fwd["reference"] is None and fwd["target_met"] is None
+    assert "not judged, the run measured no such row" in records.render_markdown(alone, "x.json")
 
 
 # ---------------------------------------------------------------------------------------------- odd rows

@@ -279,6 +279,14 @@ def render_markdown(doc: Mapping[str, Any], source: str = "bench") -> str:
         else:
             verdict = _MET[r["target_met"]]
         target = r["target"]["text"] if r["target"] else ""
+        if r["target"] and r["target"]["kind"] == "reference_ratio_max":
+            ref = r.get("reference")
+            if ref is None or not ref.get("candidate_ms") or not r["candidate_ms"]:
+                target += ": not judged, the run measured no such row"
+            else:
+                target += (
+                    f": {r['candidate_ms'] / ref['candidate_ms']:.2f}x of {_f(ref['candidate_ms'], 4)} ms"
+                )
         out.append(
             f"| {r['op']} | {r['shape']} | {r['m'] if r['m'] is not None else '-'} | {r['phase']} | "
             f"{_f(r['candidate_ms'], 4)} | {_f(r['peer_ms'], 4)} | {_f(r['ratio'], 2)} | "

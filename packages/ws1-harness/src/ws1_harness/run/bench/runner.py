@@ -570,6 +570,16 @@ def collect(
         for step_row in ST.run_steps(opts, timer, plan.steps, model_cfg, note):
             rows.append(step_row.to_json(copy_gbs))
             _progress(progress, len(rows), plan.total_rows, rows[-1])
+    for r in T.link_references(rows):
+        if progress is not None:
+            ref = r["reference"]
+            against = (
+                "no ok reference row in this run"
+                if ref is None
+                else f"{ref['op']} {ref['candidate_ms']:.4f} ms"
+            )
+            verdict = {True: "met", False: "MISSED", None: "-"}[r["target_met"]]
+            print(f"ws1 bench: {r['op']} {r['phase']} M={r['m']} against {against}: {verdict}", file=progress)
     return {
         "kind": R.KIND,
         "schema_version": R.SCHEMA_VERSION,

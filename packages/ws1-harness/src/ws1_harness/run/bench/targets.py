@@ -32,6 +32,11 @@ COPY_FRACTION, COPY_MIN_ROWS = 0.85, 8192
 # within 1.15x of stock, a rollout decode step within 1.15x too (ratio >= 1 / slowdown): the RL-loop issue's targets
 # for both (an earlier 1.2x for decode was looser than the target it stood for).
 TRAIN_STEP_SLOWDOWN, DECODE_STEP_SLOWDOWN = 1.15, 1.15
+# A fused operator against the operator it fuses, both the profile's own candidates at the same M in the same run:
+# linear_logp's forward (the lm_head GEMM plus the log-sum-exp) within 1.1x of the lm_head forward alone. Judged
+# only when the run measured both (`--op linear_logp --op lm_head`); a row that has no reference says so.
+FUSED_OVER_GEMM = 1.1
+REFERENCE_OF: Mapping[tuple[str, str], tuple[str, str]] = {("linear_logp", "fwd"): ("lm_head", "fwd")}
 MEMORY_BOUND: Mapping[str, tuple[str, ...]] = {
     "rms_norm": ("fwd", "bwd"),
     "qk_norm": ("fwd", "bwd"),
@@ -45,8 +50,9 @@ MEMORY_BOUND: Mapping[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class Target:
-    """`kind`: "ratio_min" (ratio >= value), "ms_max" (candidate ms <= value) or "copy_fraction_min"
-    (candidate GB/s >= value x the run's copy ceiling)."""
+    """`kind`: "ratio_min" (ratio >= value), "ms_max" (candidate ms <= value), "copy_fraction_min"
+    (candidate GB/s >= value x the run's copy ceiling) or "reference_ratio_max" (candidate ms <= value x the
+    candidate ms of the row REFERENCE_OF names, at the same M in the same run)."""
 
     kind: str
     value: float
@@ -71,6 +77,13 @@ def target_for(op: str, phase: str, m: int, dims: Mapping[str, Any]) -> Target |
         if m <= GEMM_FWD_SMALL_M:
             return Target("ratio_min", GEMM_FWD_SMALL, f"ratio >= {GEMM_FWD_SMALL}")
         return None
+    if (op, phase) in REFERENCE_OF:
+        ref_op, ref_phase = REFERENCE_OF[(op, phase)]
+        return Target(
+            "reference_ratio_max",
+            FUSED_OVER_GEMM,
+            f"<= {FUSED_OVER_GEMM}x {ref_op} {ref_phase} (same M, this run)",
+        )
     if op == "attention":
         value = ATTN_FWD if phase == "fwd" else ATTN_BWD
         return Target("ratio_min", value, f"ratio >= {value}")
@@ -91,10 +104,16 @@ def judge(
     candidate_ms: float | None,
     candidate_rate: float | None,
     copy_gbs: float | None,
+    reference_ms: float | None = None,
 ) -> bool | None:
-    """Met (True), missed (False), or not judged (None: no target, or a figure is missing)."""
+    """Met (True), missed (False), or not judged (None: no target, or a figure is missing; `reference_ms` is the
+    referenced row's candidate time, for a "reference_ratio_max" target)."""
     if target is None:
         return None
+    if target.kind == "reference_ratio_max":
+        if candidate_ms is None or not reference_ms:
+            return None
+        return candidate_ms <= target.value * reference_ms
     if target.kind == "ratio_min":
         return None if ratio is None else ratio >= target.value
     if target.kind == "ms_max":
@@ -104,6 +123,31 @@ def judge(
             return None
         return candidate_rate >= target.value * copy_gbs
     raise ValueError(f"targets: unknown target kind {target.kind!r}")
+
+
+def link_references(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Judge the rows whose target is another row of the same run (REFERENCE_OF), once every row is measured:
+    each gets `reference` (the referenced row's op, phase, M and candidate ms, or None when the run has no ok row
+    of it) and its `target_met`. Returns the rows it judged."""
+    ok = {(r["op"], r["phase"], r["m"]): r for r in rows if r["status"] == "ok"}
+    linked = []
+    for r in rows:
+        if (r["op"], r["phase"]) not in REFERENCE_OF or r.get("target") is None:
+            continue
+        ref_op, ref_phase = REFERENCE_OF[(r["op"], r["phase"])]
+        ref = ok.get((ref_op, ref_phase, r["m"]))
+        ref_ms = None if ref is None else ref["candidate_ms"]
+        r["reference"] = (
+            None if ref is None else {"op": ref_op, "phase": ref_phase, "m": r["m"], "candidate_ms": ref_ms}
+        )
+        target = Target(**r["target"])
+        r["target_met"] = (
+            judge(target, None, r["candidate_ms"], None, None, reference_ms=ref_ms)
+            if r["status"] == "ok"
+            else None
+        )
+        linked.append(r)
+    return linked
 
 
 def table() -> list[dict[str, Any]]:
@@ -141,6 +185,14 @@ def table() -> list[dict[str, Any]]:
             "phase": "fwd, bwd (embedding: fwd)",
             "when": f"M >= {COPY_MIN_ROWS}",
             "rule": f"candidate GB/s >= {COPY_FRACTION} x copy ceiling",
+        },
+        {
+            "ops": [op for op, _ in REFERENCE_OF],
+            "phase": "fwd",
+            "when": "the run also measured "
+            + ", ".join(f"{o} {p}" for o, p in REFERENCE_OF.values())
+            + " at that M",
+            "rule": f"candidate ms <= {FUSED_OVER_GEMM} x that row's candidate ms",
         },
         {
             "ops": ["train_step"],
