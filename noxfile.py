@@ -239,13 +239,15 @@ def cpu_contract(session: nox.Session) -> None:
     if session.posargs:
         return
     # The planted-fault and guard tests must turn red on every host CI may land on. The run above took this
-    # host's own CPU kernels; each setting below forces another kernel path of torch, MKL and oneDNN.
-    for label, isa_env in FORCED_CPU_PATHS.items():
-        with _step(session, f"planted faults on the {label} CPU path"):
-            session.run(
-                "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers, *PLANTED_FAULT_TESTS,
-                env={"TRITON_INTERPRET": "1", **threads, **isa_env},
-            )  # fmt: skip
+    # host's own CPU kernels; each forced path below is another kernel path of torch, MKL and oneDNN. One pytest
+    # runs them all side by side: every path gets its own worker process, which runs every test (`forced_path_args`).
+    paths = ", ".join(FORCED_CPU_PATHS)
+    path_threads = worker_threads(str(len(FORCED_CPU_PATHS)), os.environ.get("OMP_NUM_THREADS"), os.cpu_count() or 1)
+    with _step(session, f"planted faults on the {paths} CPU paths"):
+        session.run(
+            "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *forced_path_args(FORCED_CPU_PATHS),
+            *PLANTED_FAULT_TESTS, env={"TRITON_INTERPRET": "1", **path_threads},
+        )  # fmt: skip
     out = _evidence_dir(session, "cpu_contract")
     with _step(session, "matrix portable_cpu (full widths, gated)"):
         _run_matrix(session, "portable_cpu", out, gate=True, cell_timeout=CI_CELL_TIMEOUT_S)
@@ -295,6 +297,24 @@ FORCED_CPU_PATHS: dict[str, dict[str, str]] = {
         "ONEDNN_MAX_CPU_ISA": "SSE41",
     },
 }
+
+
+def forced_path_args(paths: dict[str, dict[str, str]]) -> list[str]:
+    """pytest-xdist arguments that run the whole test selection once on each forced CPU path, all at once.
+
+    `--dist each` sends every test to every worker, and each worker is its own `--tx` process named after its path
+    (`[avx2]`, `[sse]` in pytest's report) whose variables execnet sets before the worker imports anything, so torch,
+    MKL and oneDNN start on that path. `WS1_EXPECT_CPU_CAPABILITY` has tests/conftest.py refuse a worker whose torch
+    did not take the forced ATen path. Why one pytest: two runs one after another each paid pytest's start and its
+    own tail on the two cores (about 80 s in CI); side by side they take about half of that."""
+    args = ["--dist", "each"]
+    for label, isa_env in paths.items():
+        worker = _slug(label.split(" ", 1)[0].lower())
+        env = {**isa_env, "WS1_EXPECT_CPU_CAPABILITY": isa_env["ATEN_CPU_CAPABILITY"]}
+        args += ["--tx", "//".join(["popen", f"id={worker}", *(f"env:{k}={v}" for k, v in env.items())])]
+    return args
+
+
 # The slowest unit of the full-width portable matrix (lm_head/primary) took 142 s in a clean-clone CI run on the
 # 2-core machine while other work shared it; 600 s keeps one slow or hung unit from eating the CI budget with a
 # 4x margin for a slower machine.

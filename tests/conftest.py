@@ -26,6 +26,21 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         return None
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A worker of the forced-CPU-path run (noxfile `forced_path_args`) must run on the path it was given: its
+    variables are set in the worker process before torch loads, and this checks that torch took the ATen path."""
+    want = os.environ.get("WS1_EXPECT_CPU_CAPABILITY")
+    if not want:
+        return
+    import torch
+
+    have = str(torch.backends.cpu.get_cpu_capability())
+    if have.lower() != want.lower():
+        raise pytest.UsageError(
+            f"WS1_EXPECT_CPU_CAPABILITY={want} but torch runs the {have} CPU path: the forced path did not take"
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse to skip GPU tests in a session that promised a GPU."""
     if os.environ.get("WS1_REQUIRE_GPU") != "1":
