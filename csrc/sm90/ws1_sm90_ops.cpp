@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 
+#include <cstdint>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -29,9 +30,18 @@ struct GemmCall {
   Tensor a_run;  // a, or a zero-padded to kPadRows rows
 };
 
+// TMA descriptors need a 16-byte aligned global address: CUTLASS only prints a failed encode and launches anyway
+void check_address(const char* op, const char* name, const Tensor& t) {
+  const auto off = static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16);
+  TORCH_CHECK(off == 0, "ws1_", op, ": ", name, " starts ", off,
+              " bytes past a 16-byte boundary (a view at an odd offset); TMA reads from a 16-byte boundary");
+}
+
 GemmCall gemm_call(const char* op, const Tensor& a, const Tensor& b, bool b_trans) {
   check_bf16(op, "a", a);
   check_bf16(op, "b", b);
+  check_address(op, "a", a);
+  check_address(op, "b", b);
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "ws1_", op, ": a and b must be 2-D");
   const int64_t r = a.size(1);
   const int64_t nc = b_trans ? b.size(0) : b.size(1);
@@ -91,6 +101,8 @@ int64_t gemm_bucket(int64_t m) { return ws1::sm90::gemm_bucket(m); }
 std::tuple<Tensor, Tensor> linear_logp_fwd(const Tensor& x, const Tensor& w, const Tensor& targets) {
   check_bf16("sm90.linear_logp_fwd", "x", x);
   check_bf16("sm90.linear_logp_fwd", "w", w);
+  check_address("sm90.linear_logp_fwd", "x", x);
+  check_address("sm90.linear_logp_fwd", "w", w);
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && w.size(1) == x.size(1),
               "ws1_sm90.linear_logp_fwd: x [T, H] and w [V, H] expected, got ", x.sizes(), " and ", w.sizes());
   const int64_t t = x.size(0), h = x.size(1), vocab = w.size(0);

@@ -66,6 +66,30 @@ def test_a_misaligned_width_is_one_line(k: int, n: int, which: str) -> None:
     assert text.startswith("cuda_bf16_sm90.det_gemm: ") and which in text and "\n" not in text
 
 
+def _at_byte_offset(offset: int, rows: int, cols: int) -> torch.Tensor:
+    """A contiguous bf16 [rows, cols] view starting `offset` bytes into a fresh (64-byte aligned) buffer."""
+    buf = torch.zeros(rows * cols + 64, dtype=torch.bfloat16)
+    return buf[offset // 2 : offset // 2 + rows * cols].view(rows, cols)
+
+
+@pytest.mark.parametrize("which", ["x", "weight"])
+def test_an_operand_off_a_16_byte_boundary_is_one_line(which: str) -> None:
+    """TMA cannot encode a descriptor at such an address (CUTLASS then launches on it anyway): refused first."""
+    x, w = _at_byte_offset(0, 3, 64), _at_byte_offset(0, 16, 64)
+    if which == "x":
+        x = _at_byte_offset(2, 3, 64)
+    else:
+        w = _at_byte_offset(2, 16, 64)
+    with pytest.raises(KernelInputError) as info:
+        sm90._check_align("cuda_bf16_sm90.lm_head", x, w)
+    text = str(info.value)
+    assert text.startswith(f"cuda_bf16_sm90.lm_head: {which} starts 2 bytes past") and "\n" not in text
+
+
+def test_the_control_a_view_at_a_16_byte_offset_passes() -> None:
+    sm90._check_align("w", _at_byte_offset(16, 3, 64), _at_byte_offset(32, 16, 64))
+
+
 def test_the_hopper_entries_run_their_own_op_and_name_the_generic_weight_gradient() -> None:
     for op, generic_id in (("det_gemm", generic.DET_GEMM), ("lm_head", generic.LM_HEAD)):
         entry = sm90.OPS[op]

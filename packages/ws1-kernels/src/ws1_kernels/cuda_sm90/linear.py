@@ -21,6 +21,8 @@ LM_HEAD = "ws1.cuda_sm90.lm_head.wgmma"
 BUCKETS = (64, 1024)
 #: leading dims must be multiples of this many elements (16-byte TMA rows)
 ALIGN = 8
+#: and the tensors must start on a boundary of this many bytes (a TMA descriptor's global address)
+ADDRESS_ALIGN = 16
 
 
 def _gemm(a: torch.Tensor, b: torch.Tensor, b_trans: bool) -> torch.Tensor:
@@ -32,10 +34,19 @@ _LM_HEAD = generic.Gemm(_gemm, LM_HEAD, generic.LM_HEAD)
 
 
 def _check_align(where: str, x: torch.Tensor, weight: torch.Tensor) -> None:
+    """What TMA needs of the operands, as one-line errors: rows a multiple of 16 bytes, and each tensor starting on
+    a 16-byte boundary (a view at an odd element offset does not: its descriptor cannot be encoded, and CUTLASS
+    would launch on it anyway)."""
     for name, width in (("K (x's width)", x.shape[-1]), ("N (weight's rows)", weight.shape[0])):
         if width % ALIGN:
             raise KernelInputError(
                 f"{where}: {name} = {width} must be a multiple of {ALIGN} (16-byte TMA rows)"
+            )
+    for name, t in (("x", x), ("weight", weight)):
+        if t.data_ptr() % ADDRESS_ALIGN:
+            raise KernelInputError(
+                f"{where}: {name} starts {t.data_ptr() % ADDRESS_ALIGN} bytes past a {ADDRESS_ALIGN}-byte boundary "
+                "(a view at an odd offset); TMA reads from a 16-byte boundary: pass a copy (.clone())"
             )
 
 
