@@ -2,8 +2,9 @@
 
 Sessions:
   lint           ruff check, ruff format --check, mypy on the typed packages.
-  cpu_contract   everything that runs without a GPU: the four packages' tests (pytest-xdist), the matrix for
-                 `portable_cpu` (gated: must pass) and `native_torch` (recorded, not gated).  CI runs it.
+  cpu_contract   everything that runs without a GPU: the four packages' tests (pytest-xdist), the planted faults
+                 again on the forced CPU paths, the matrix for `portable_cpu` (gated: must pass) and `native_torch`
+                 (recorded, not gated), the tiny chain.  CI runs it.
   matrix         the README's main job: the full CPU matrix for `portable_cpu`, gated, with report and heatmap.
   gate           merge the shards given as arguments and gate them.
   gpu_sm90       on an sm_90 GPU: GPU tests, one matrix per GPU profile, each ws1 profile gated (exit non-zero
@@ -242,7 +243,9 @@ def cpu_contract(session: nox.Session) -> None:
     # host's own CPU kernels; each forced path below is another kernel path of torch, MKL and oneDNN. One pytest
     # runs them all side by side: every path gets its own worker process, which runs every test (`forced_path_args`).
     paths = ", ".join(FORCED_CPU_PATHS)
-    path_threads = worker_threads(str(len(FORCED_CPU_PATHS)), os.environ.get("OMP_NUM_THREADS"), os.cpu_count() or 1)
+    path_threads = worker_threads(
+        str(len(FORCED_CPU_PATHS)), os.environ.get("OMP_NUM_THREADS"), os.cpu_count() or 1
+    )
     with _step(session, f"planted faults on the {paths} CPU paths"):
         session.run(
             "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *forced_path_args(FORCED_CPU_PATHS),

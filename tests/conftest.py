@@ -26,9 +26,11 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         return None
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
+@pytest.fixture(scope="session", autouse=True)
+def _forced_cpu_path_taken() -> None:
     """A worker of the forced-CPU-path run (noxfile `forced_path_args`) must run on the path it was given: its
-    variables are set in the worker process before torch loads, and this checks that torch took the ATen path."""
+    variables are set in the worker process before torch loads, and this checks that torch took the ATen path
+    (every test of a worker on another path errors)."""
     want = os.environ.get("WS1_EXPECT_CPU_CAPABILITY")
     if not want:
         return
@@ -36,7 +38,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     have = str(torch.backends.cpu.get_cpu_capability())
     if have.lower() != want.lower():
-        raise pytest.UsageError(
+        raise RuntimeError(
             f"WS1_EXPECT_CPU_CAPABILITY={want} but torch runs the {have} CPU path: the forced path did not take"
         )
 

@@ -386,6 +386,45 @@ def test_a_callers_thread_count_or_an_unknown_worker_count_is_left_alone(
     assert noxfile.worker_threads(workers, omp, 2) == {}
 
 
+_PATH_PROBE = """
+import os
+from pathlib import Path
+
+import torch
+
+
+def test_record_the_path():
+    worker = os.environ["PYTEST_XDIST_WORKER"]
+    seen = [str(torch.backends.cpu.get_cpu_capability()), os.environ["MKL_ENABLE_INSTRUCTIONS"],
+            os.environ["ONEDNN_MAX_CPU_ISA"], str(torch.get_num_threads())]
+    (Path(os.environ["PATH_PROBE_OUT"]) / worker).write_text(" ".join(seen))
+"""
+
+
+def test_every_forced_cpu_path_runs_every_test_in_its_own_worker(noxfile: ModuleType, tmp_path: Path) -> None:
+    """The planted-fault step runs all forced paths in one pytest: each path's worker runs every test, on that path
+    (torch's ATen path, the MKL and oneDNN variables). Control: a worker whose torch is not on the path it was told
+    to expect errors (tests/conftest.py), so a path that did not take can never pass."""
+    args = noxfile.forced_path_args(noxfile.FORCED_CPU_PATHS)
+    assert args[:2] == ["--dist", "each"] and args.count("--tx") == len(noxfile.FORCED_CPU_PATHS)
+    wrong = args[-1].replace("WS1_EXPECT_CPU_CAPABILITY=default", "WS1_EXPECT_CPU_CAPABILITY=avx2")
+    assert wrong != args[-1], "the control's planted expectation did not land"
+    wrong = wrong.replace("id=sse", "id=wrong")
+    (tmp_path / "conftest.py").write_text((REPO_ROOT / "tests" / "conftest.py").read_text())
+    (tmp_path / "test_path_probe.py").write_text(_PATH_PROBE)
+    env = {**os.environ, "PATH_PROBE_OUT": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    env.pop("WS1_EXPECT_CPU_CAPABILITY", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, "--tx", wrong, "test_path_probe.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert (tmp_path / "avx2").read_text() == "AVX2 AVX2 AVX2 1"
+    assert (tmp_path / "sse").read_text() == "DEFAULT SSE4_2 SSE41 1"
+    assert not (tmp_path / "wrong").exists()
+    assert "WS1_EXPECT_CPU_CAPABILITY=avx2 but torch runs the DEFAULT CPU path" in proc.stdout
+
+
 # ---- the full-width matrices in shards
 
 
