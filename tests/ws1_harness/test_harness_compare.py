@@ -12,7 +12,9 @@ from ws1_harness.run.compare import (
     ComparatorError,
     Comparison,
     ReferenceDtypeError,
+    _words,
     bitwise_equal,
+    raw_bits_equal,
     tolerance_check,
 )
 
@@ -99,6 +101,46 @@ def test_nan_policy_identical_bits_only(dtype: torch.dtype) -> None:
     iv[2] = iv[2] ^ 1  # flip the lowest mantissa bit: still a NaN, other payload
     assert torch.isnan(other[2])
     assert not bitwise_equal(other, with_nan).passed
+
+
+# how a compared tensor is cut from a contiguous 32-element buffer, and whether the 8-byte word path applies to it
+LAYOUTS = {
+    "contiguous": (lambda t: t[:8], True),
+    "odd_bytes": (lambda t: t[:3], False),  # 3 bf16 = 6 bytes, 3 fp32 = 12: not whole words
+    "offset": (lambda t: t[1:9], False),  # starts one element into the storage
+    "strided": (lambda t: t[:16].view(8, 2).t(), False),  # not contiguous
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32))
+def test_raw_bits_equal_sees_one_bit_on_every_layout(dtype: torch.dtype, layout: str) -> None:
+    """The word path (8-byte integers) and the same-width path judge one predicate, equal raw bits: on every layout
+    a signed zero, another NaN payload and the low bit of the last element are each seen."""
+    cut, words = LAYOUTS[layout]
+    at = [int(i) for i in cut(torch.arange(32)).reshape(-1)]  # the storage index of each element, in order
+    base = _sample(dtype, (32,))
+    base[at[0]] = 0.0
+    a = cut(base)
+    assert (_words(a) is not None) == words
+    assert raw_bits_equal(a, cut(base.clone()))
+    signed_zero = base.clone()
+    signed_zero[at[0]] = -0.0
+    assert bool((cut(signed_zero) == a).all())  # numerically equal: only the bits differ
+    low_bit = base.clone()
+    low_bit.view(INT_VIEW[dtype])[at[-1]] ^= 1
+    nan = base.clone()
+    nan[at[-1]] = float("nan")
+    other_nan = nan.clone()
+    other_nan.view(INT_VIEW[dtype])[at[-1]] ^= 1
+    assert torch.isnan(other_nan[at[-1]])
+    assert raw_bits_equal(cut(nan), cut(nan.clone()))
+    for name, changed, than in (("signed zero", signed_zero, base), ("low bit", low_bit, base),
+                                ("NaN payload", other_nan, nan)):  # fmt: skip
+        assert not raw_bits_equal(cut(changed), cut(than)), name
+        assert not bitwise_equal(cut(changed), cut(than)).passed, name
+    assert not raw_bits_equal(a, a.double())  # another dtype
+    assert not raw_bits_equal(a, a.reshape(-1)[: a.numel() - 1])  # another shape
 
 
 def test_shape_mismatch_is_a_failure_with_reason() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ws1_harness.run.adapters import OperatorAdapter
-from ws1_harness.run.compare import Comparison
+from ws1_harness.run.compare import Comparison, raw_bits_equal
 from ws1_harness.run.observe import Observation, observe
 from ws1_harness.verdict.status import ReasonCode
 from ws1_kernels import LayoutContext
@@ -44,12 +44,7 @@ def crash_text(exc: BaseException) -> dict[str, str]:
 
 def same_bits(a: Tensor, b: Tensor) -> bool:
     """Bit-for-bit equality (shape, dtype and raw bits: +0 differs from -0, a NaN equals only its own bits)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.dtype.is_floating_point:
-        width = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        return torch.equal(a.detach().view(width), b.detach().view(width))
-    return torch.equal(a.detach(), b.detach())
+    return raw_bits_equal(a, b)
 
 
 @dataclass
