@@ -2,6 +2,11 @@
 
 Measured by hand (portable_cpu, fwd+bwd, 2 shared cores, see docs/kernels.md): det_gemm 4096x4096 0.65 s packed,
 attention 0.04 s, lm_head 4096x151936 10 s packed / 24 s as four B=1 calls.
+
+The full-vocabulary lm_head has no test here: `nox -s cpu_contract` judges it at these widths in the gated matrix
+(`lm_head` on the short and primary tiers: output and both gradients against the fp32 reference, every layout bit
+for bit), which holds every assertion the test made (the shapes, a finite output, a non-zero dx). It took 19-27 s
+of the pytest step for nothing the matrix did not check again.
 """
 
 from __future__ import annotations
@@ -29,13 +34,3 @@ def test_full_width_invariant(op: str) -> None:
         assert_bitwise(f"{op} d{name}", b.grads[name], a.grads[name])
     for name in a.pgrads:
         assert_bitwise(f"{op} main_grad", b.pgrads[name], a.pgrads[name])
-
-
-@pytest.mark.slow
-def test_full_width_lm_head_runs() -> None:
-    cand = registry.resolve("portable_cpu", "lm_head")
-    small = Batch((3, 2), (1, 1))
-    case = make_case("lm_head", small, FULL)
-    res = run(cand.fn, case, small, layout(small, "packed"), rule=cand.param_grad_rule)
-    assert res.out.shape == (5, 151936) and torch.isfinite(res.out.float()).all()
-    assert res.pgrads["weight"].shape == (151936, 4096) and res.grads["x"].abs().max() > 0
