@@ -43,8 +43,21 @@ def _forced_cpu_path_taken() -> None:
         )
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:  # type: ignore[no-untyped-def]
+    """Tell each pytest-xdist worker how the run distributes its tests: a worker's own `dist` option reads "no"."""
+    node.workerinput["ws1_dist"] = node.config.getoption("dist")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Refuse to skip GPU tests in a session that promised a GPU."""
+    """Heavy tests first under work stealing (tests/heavy_order.py); refuse to skip GPU tests in a session that
+    promised a GPU."""
+    worker = getattr(config, "workerinput", {})
+    workers = int(worker.get("workercount", 1))
+    if workers > 1 and worker.get("ws1_dist") == "worksteal":
+        from heavy_order import heavy_first  # beside this file (tests/ is on sys.path, as for repo_scripts)
+
+        items[:] = heavy_first(items, workers)
     if os.environ.get("WS1_REQUIRE_GPU") != "1":
         return
     try:

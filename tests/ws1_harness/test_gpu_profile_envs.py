@@ -80,6 +80,7 @@ def test_one_env_is_the_fallback_only_when_asked(
     assert noxfile.one_env_requested(posargs, argv) is expected
 
 
+@pytest.mark.heavy(seconds=15)
 def test_a_profile_venv_sees_torch_the_checkout_and_only_the_path_it_is_given(
     noxfile: ModuleType, tmp_path: Path
 ) -> None:

@@ -81,6 +81,7 @@ def _posargs(tier: str) -> list[str]:
     return ["--profile", "native_torch", "--tier", tier, "--no-tests", "--no-build"]
 
 
+@pytest.mark.heavy(seconds=15)
 def test_a_session_runs_its_matrix_reports_and_gates_it(
     noxfile: ModuleType, tmp_path: Path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -105,6 +106,7 @@ def test_a_failed_matrix_fails_the_session_by_name(noxfile: ModuleType, tmp_path
     assert any(line.startswith("WARN matrix native_torch (tiny) failed") for line in session.lines)
 
 
+@pytest.mark.heavy(seconds=15)
 def test_each_profile_runs_in_its_own_environment(noxfile: ModuleType, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Without --no-venv the profile's environment is made (here under tmp_path) and its own `ws1` runs the
     matrix, added as soon as that environment exists."""

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ws1_harness import cli
 
 HERE = Path(__file__).resolve().parent
@@ -71,6 +73,7 @@ def test_plugin_with_one_broken_operator_turns_exactly_its_invariance_cells_red(
     assert "det_gemm/primary@tiny/forward_invariance" in gate.stdout
 
 
+@pytest.mark.heavy(seconds=25)  # waits out its 20 s unit limit
 def test_hung_candidate_is_red_timeout_and_the_sweep_continues(tmp_path: Path) -> None:
     args = [
         "matrix",

@@ -70,12 +70,14 @@ def _parse(src_dir: Path, stubs: Path, binding: str = "ws1_ops.cpp") -> subproce
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.heavy(seconds=20)
 @pytest.mark.parametrize("binding", sorted(BINDINGS))
 def test_the_binding_parses(binding: str, tmp_path: Path) -> None:
     proc = _parse(CSRC, tmp_path, binding)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+@pytest.mark.heavy(seconds=20)
 def test_a_planted_binding_error_fails(tmp_path: Path) -> None:
     src = tmp_path / "src"
     shutil.copytree(CSRC, src, ignore=shutil.ignore_patterns("build", "_build_info.h"))

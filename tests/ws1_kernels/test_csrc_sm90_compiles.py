@@ -54,7 +54,19 @@ def test_there_is_a_file_per_bucket() -> None:
     assert {"gemm_sm90.cu", "gemm_sm90_small.cu", "gemm_sm90_mid.cu", "gemm_sm90_large.cu"} <= names
 
 
-@pytest.mark.parametrize("src", sorted(SM90.glob("*.cu")), ids=lambda p: p.name)
+def _cutlass_kernel(src: Path) -> bool:
+    """Whether the file instantiates a CUTLASS kernel (through gemm_sm90.cuh): those take 35-90 s to compile."""
+    return '#include "gemm_sm90.cuh"' in src.read_text()
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        pytest.param(p, marks=[pytest.mark.heavy(seconds=50)] if _cutlass_kernel(p) else [])
+        for p in sorted(SM90.glob("*.cu"))
+    ],
+    ids=lambda p: p.name,
+)
 def test_hopper_file_compiles_for_sm90a(src: Path, tmp_path: Path) -> None:
     proc = _compile(src, tmp_path / f"{src.stem}.o")
     assert proc.returncode == 0, proc.stderr[-3000:]

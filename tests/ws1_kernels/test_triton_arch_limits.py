@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 
 pytest.importorskip("triton")
+# one block: the module-scoped compile runs (`measured`, `launched`) are built once, 50-120 s together
+pytestmark = pytest.mark.heavy(seconds=60)
 
 HERE = Path(__file__).resolve().parent
 #: the largest dynamic shared memory one block may opt into, in bytes, and the register file per SM

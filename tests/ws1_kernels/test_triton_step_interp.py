@@ -29,6 +29,7 @@ from ws1_kernels.triton_ops import attention as att  # noqa: E402
 
 pytestmark = [
     pytest.mark.interp,
+    pytest.mark.heavy(seconds=80),  # one block: its module-scoped engines are built once
     pytest.mark.skipif(
         not _launch.interpreting(),
         reason="Triton kernels run on the CPU only under TRITON_INTERPRET=1 (the CPU nox session sets it)",

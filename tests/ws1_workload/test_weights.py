@@ -53,6 +53,7 @@ def test_full_model_generator_is_consistent_per_tensor(manifest):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy(seconds=65)
 def test_full_model_content_hash_matches_pin(manifest):
     from ws1_workload.weights import synthetic_content_sha256
 
