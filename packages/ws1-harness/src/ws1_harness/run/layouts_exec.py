@@ -140,12 +140,21 @@ def _fresh_params(
     """New leaf parameters for one layout, with a zeroed fp32 main_grad when the rule carries one.
 
     `pool` lends main_grad buffers that are zeroed and reused from layout to layout (a fresh 2.5 GB
-    allocation per layout cost 2-4 s of page faults at the full vocab); the caller must be done with the
-    previous layout's gradients before the next layout runs.
+    allocation per layout cost 2-4 s of page faults at the full vocab), and the storage of the leaves: each layout
+    still gets a new leaf tensor holding a fresh copy of the parameter's bits, written into the pooled storage (a
+    fresh 1.2 GB clone per layout was the same page faults again). The caller must be done with the previous
+    layout's gradients and outputs before the next layout runs.
     """
     params: dict[str, Tensor] = {}
     for name, value in inputs.params.items():
-        leaf = value.detach().clone().requires_grad_(train)
+        if pool is None:
+            leaf = value.detach().clone().requires_grad_(train)
+        else:
+            store = pool.get(f"leaf:{name}")
+            if store is None:
+                store = pool[f"leaf:{name}"] = torch.empty_like(value)  # the strides clone() would give
+            store.copy_(value.detach())
+            leaf = store.detach().requires_grad_(train)
         if train and rule == PARAM_RULE_MAIN_GRAD:
             buf = pool.get(name) if pool is not None else None
             if buf is None:
