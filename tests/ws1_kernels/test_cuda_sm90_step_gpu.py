@@ -4,22 +4,12 @@ the same profile. The scenario and its control are ``step_support``'s, as for th
 
 from __future__ import annotations
 
-import os
-
 import pytest
-import torch
-
-from ws1_kernels import cuda, cuda_sm90
+from cuda_only import skip_module_without_hopper
 
 pytestmark = [pytest.mark.gpu, pytest.mark.needs_build, pytest.mark.sm90]
 
-if cuda_sm90.missing_reason() is not None or not torch.cuda.is_available():
-    why = cuda_sm90.missing_reason() or "no CUDA device"
-    if os.environ.get("WS1_REQUIRE_GPU") == "1" and "9.0a" in cuda.built_targets():
-        raise RuntimeError(f"WS1_REQUIRE_GPU=1 with a 9.0a build: {why}")
-    pytest.skip(str(why), allow_module_level=True)
-if torch.cuda.get_device_capability() != cuda_sm90.CAPABILITY:
-    pytest.skip("the Hopper kernels run on capability 9.0 only", allow_module_level=True)
+skip_module_without_hopper()
 pytest.importorskip("transformers")
 
 from step_support import gpu_model, short_plan_mismatches, step_mismatches  # noqa: E402
