@@ -1,0 +1,73 @@
+"""Call one Hopper op a few times at one shape, for a profiler (Nsight Compute) to catch one launch of its kernel.
+
+`ws1 bench` times ops, but under `ncu` a bench run profiles whichever kernels its setup launches too, and its
+Python start-up dominates a short replay. This driver makes exactly `--iters` calls of one op at the lm_head shape
+(x [M, 4096] bf16, w [151936, 4096] bf16) on fresh random inputs and nothing else, so that `--launch-skip` picks a
+warm launch of the op's own kernel:
+
+    ncu --section SpeedOfLight --section WarpStateStats -k regex:device_kernel --launch-skip 2 --launch-count 1 \\
+        python ci/drive_sm90_op.py --op linear_logp --m 512
+
+ops: `linear_logp` (the fused forward: the GEMM with its log-sum-exp epilogue, then the fold of its partials),
+`gemm` (the lm_head GEMM of the M bucket `ws1_sm90.gemm` picks), `gemm_f32` (the fused forward's mainloop and tile
+with a plain fp32 store instead of its epilogue). It needs the Hopper module on the path and an
+sm_90 device; it prints the median time per call from CUDA events (with the profiler attached that figure is the
+profiler's, not the kernel's). Exit 0 after the calls, 2 on a bad argument or a missing module/device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+OPS = ("linear_logp", "gemm", "gemm_f32")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--op", choices=OPS, required=True)
+    p.add_argument("--m", type=int, required=True, help="rows (tokens)")
+    p.add_argument("--n", type=int, default=151936, help="vocab (the GEMM's N)")
+    p.add_argument("--k", type=int, default=4096, help="hidden (the GEMM's K)")
+    p.add_argument("--iters", type=int, default=5)
+    a = p.parse_args(argv)
+    if min(a.m, a.n, a.k, a.iters) <= 0:
+        print(
+            f"drive_sm90_op: --m, --n, --k and --iters must be positive, got {a.m} {a.n} {a.k} {a.iters}",
+            file=sys.stderr,
+        )
+        return 2
+    import torch
+
+    from ws1_kernels import cuda_sm90
+
+    if cuda_sm90.extension() is None or not torch.cuda.is_available():
+        print(f"drive_sm90_op: {cuda_sm90.missing_reason() or 'no CUDA device'}", file=sys.stderr)
+        return 2
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(a.m, a.k, device="cuda", generator=g).to(torch.bfloat16)
+    w = (torch.randn(a.n, a.k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+    targets = torch.randint(0, a.n, (a.m,), device="cuda", generator=g)
+    calls = {
+        "linear_logp": lambda: torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets),
+        "gemm": lambda: torch.ops.ws1_sm90.gemm(x, w, True),
+        "gemm_f32": lambda: torch.ops.ws1_sm90.gemm_f32(x, w, True),
+    }
+    call = calls[a.op]
+    times = []
+    for _ in range(a.iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    print(
+        f"drive_sm90_op {a.op} M={a.m} N={a.n} K={a.k}: median {times[len(times) // 2]:.3f} ms over {a.iters}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
