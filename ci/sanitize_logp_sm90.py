@@ -1,8 +1,9 @@
 """The Hopper logp's two load paths under compute-sanitizer: one forward and one backward each of the 16-byte path
 (aligned rows, V % 8 == 0) and of the scalar path (rows 2 bytes off a 16-byte boundary, and V % 8 != 0, whose last
 vector is partial), at the full vocabulary and at odd widths; then linear_logp's fused forward (the GEMM with the
-log-sum-exp epilogue, and the fold of its partials) at row counts on both sides of the 128-row tile and vocabularies
-with a partial last 128-wide block.
+log-sum-exp epilogue, and the fold of its partials) in each M bucket's tile (1 and 7 rows: 64 x 128; 70 and 130:
+128 x 128, both sides of its 128 rows; 1100: 128 x 256), with vocabularies whose last 128-wide block is partial, or
+(V = 120 in the 256-wide tile) whose tile's second block lies wholly past V.
 
 `ci/sanitize_cuda.py` drives the candidates on the bench's inputs, which are fresh (aligned) allocations of the
 tiny widths: the scalar path and the partial last vector would never run under the sanitizer. This driver makes
@@ -63,7 +64,15 @@ def main() -> int:
     ]
     cases += [
         (f"linear_logp rows={r} V={v} H={h}", lambda r=r, v=v, h=h: _fused(r, v, h), 1)
-        for r, v, h in ((1, 136, 64), (7, 1000, 64), (130, 1000, 128), (3, 151936, 64))
+        for r, v, h in (
+            (1, 136, 64),
+            (7, 1000, 64),
+            (70, 120, 64),
+            (130, 1000, 128),
+            (1100, 1000, 64),
+            (1100, 120, 64),
+            (3, 151936, 64),
+        )
     ]
     calls = 0
     for label, run, launches in cases:

@@ -182,11 +182,11 @@ bool logp_vector_path(const Tensor& logits) {
 }
 
 std::vector<ws1::binding::AttributeRow> kernel_attributes() {
-  ws1::KernelInfo infos[16];
-  int n = ws1::sm90::gemm_kernel_infos(infos, 16);
-  n += ws1::sm90::gemm_f32out_infos(infos + n, 16 - n);
-  n += ws1::sm90::logp_kernel_infos(infos + n, 16 - n);
-  n += ws1::sm90::linear_logp_infos(infos + n, 16 - n);
+  ws1::KernelInfo infos[24];
+  int n = ws1::sm90::gemm_kernel_infos(infos, 24);
+  n += ws1::sm90::gemm_f32out_infos(infos + n, 24 - n);
+  n += ws1::sm90::logp_kernel_infos(infos + n, 24 - n);
+  n += ws1::sm90::linear_logp_infos(infos + n, 24 - n);
   return ws1::binding::attribute_rows(infos, n);
 }
 

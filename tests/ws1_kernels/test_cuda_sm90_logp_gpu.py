@@ -200,9 +200,10 @@ def _xwt(t: int, v: int, h: int = 512, seed: int = 0) -> tuple[torch.Tensor, tor
     return x, w, _targets(t, v)
 
 
-# V_FULL: 1187 full vocab blocks; 1000 and 136: a partial last block (its columns past V must weigh nothing)
-@pytest.mark.parametrize("v", [V_FULL, 1000, 136])
-@pytest.mark.parametrize("t", [1, 5, 130])
+# V_FULL: 1187 full vocab blocks; 1000 and 136: a partial last block (its columns past V must weigh nothing); 120:
+# one block, so the large tile's (256 wide) second block lies wholly past V. t = 1100 takes the large tile.
+@pytest.mark.parametrize("v", [V_FULL, 1000, 136, 120])
+@pytest.mark.parametrize("t", [1, 5, 130, 1100])
 def test_the_fused_forward_is_right(t: int, v: int) -> None:
     x, w, targets = _xwt(t, v)
     out, lse = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
@@ -215,10 +216,13 @@ def test_the_fused_forward_is_right(t: int, v: int) -> None:
     assert ((out.double() - other).abs() > 1e-3).any()
 
 
-def test_the_fused_target_logit_is_the_fp32_gemms_accumulator() -> None:
+@pytest.mark.parametrize("t", [5, 130, 1100])
+def test_the_fused_target_logit_is_the_fp32_gemms_accumulator(t: int) -> None:
     """The epilogue sees the accumulators that gemm_f32 stores (the backward recomputes its logits with it): the
-    target's logit minus lse, in fp32, is the fused output bit for bit."""
-    x, w, targets = _xwt(130, 1000)
+    target's logit minus lse, in fp32, is the fused output bit for bit. gemm_f32 has the mid tile for every M; the
+    fused forward runs the small tile at t = 5 and the large one at t = 1100, so this also shows that every tile's
+    accumulators agree."""
+    x, w, targets = _xwt(t, 1000)
     out, lse = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
     logits = torch.ops.ws1_sm90.gemm_f32(x, w, True)
     assert torch.equal(_bits(out), _bits(logits.gather(1, targets[:, None])[:, 0] - lse))
@@ -235,6 +239,23 @@ def test_a_row_of_the_fused_forward_has_the_same_bits_in_any_call_and_run() -> N
     for _ in range(20):
         o, ls = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
         assert torch.equal(_bits(o), _bits(out)) and torch.equal(_bits(ls), _bits(lse))
+
+
+def test_a_row_has_the_same_fused_bits_on_both_sides_of_each_tile_boundary() -> None:
+    """M <= 64 runs the 64 x 128 tile, M <= 1024 the 128 x 128 one, above that the 128 x 256 one: the rows of an
+    1100-row call have the bits of the same rows in calls of every bucket, each boundary from both sides. The
+    control: another vocabulary block order (the columns rolled by 128) gives other bits for the rows' lse."""
+    x, w, targets = _xwt(1100, V_FULL)
+    out, lse = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
+    for lo, hi in ((0, 1024), (76, 1100), (1000, 1001), (1023, 1025), (40, 104), (40, 105), (0, 1025)):
+        o, ls = torch.ops.ws1_sm90.linear_logp_fwd(x[lo:hi].contiguous(), w, targets[lo:hi].contiguous())
+        assert torch.equal(_bits(o), _bits(out[lo:hi])) and torch.equal(_bits(ls), _bits(lse[lo:hi])), (
+            lo,
+            hi,
+        )
+    rolled = torch.roll(w, 128, 0).contiguous()
+    _, ls = torch.ops.ws1_sm90.linear_logp_fwd(x, rolled, (targets + 128) % V_FULL)
+    assert not torch.equal(_bits(ls), _bits(lse))
 
 
 def test_the_fused_forward_never_writes_the_logits() -> None:
