@@ -1,6 +1,6 @@
 // linear_logp's forward on Hopper, fused (linear_logp_sm90.cuh says how and why): the mid tile's GEMM with the
-// log-sum-exp epilogue, the fold of its partials, and the entry point that picks the tile by M (the GEMM's buckets,
-// gemm_bucket).
+// log-sum-exp epilogue, the fold of its partials, and the entry point that picks the tile by M (linear_logp_bucket,
+// the fused kernel's own table: ws1_sm90.h).
 #include "linear_logp_sm90.cuh"
 
 namespace ws1::sm90 {
@@ -34,6 +34,8 @@ __global__ void __launch_bounds__(kFinalWarps * 32)
 
 int64_t linear_logp_blocks(int64_t vocab) { return (vocab + lse_detail::kBlockN - 1) / lse_detail::kBlockN; }
 
+int linear_logp_bucket(int64_t m) { return m <= kFusedSmallM ? 0 : (m <= kFusedMidM ? 1 : 2); }
+
 cudaError_t linear_logp_fwd(const bf16* x, const bf16* w, const int64_t* targets, float* workspace, float* out,
                             float* lse, int64_t m, int64_t n, int64_t k, int device, int sm_count,
                             cudaStream_t stream) {
@@ -45,7 +47,7 @@ cudaError_t linear_logp_fwd(const bf16* x, const bf16* w, const int64_t* targets
   float* target_logit = workspace + 2 * m * n_blocks;
   const Arguments epi{targets, partials, target_logit, n_blocks};
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
-  const int bucket = gemm_bucket(m);
+  const int bucket = linear_logp_bucket(m);
   const cudaError_t e = bucket == 0   ? fused_gemm_small(x, w, epi, mi, ni, ki, device, sm_count, stream)
                         : bucket == 1 ? run_fused<MidFused>(x, w, epi, mi, ni, ki, device, sm_count, stream)
                                       : fused_gemm_large(x, w, epi, mi, ni, ki, device, sm_count, stream);

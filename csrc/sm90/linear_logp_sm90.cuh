@@ -5,8 +5,8 @@
 // in parallel.
 //
 // 1. The GEMM (a mainloop of gemm_sm90.cuh: 64 x 128 x 64 ping-pong for M <= 64, 128 x 128 x 64 cooperative up to
-//    M = 1024, 128 x 256 x 64 on a 2-CTA cluster above; one accumulator chain per logit over all of K, k-tiles
-//    from 0 upward, 16-wide wgmma steps, no split-K) ends in an
+//    M = 256, 128 x 256 x 64 on a 2-CTA cluster above: linear_logp_bucket; one accumulator chain per logit over
+//    all of K, k-tiles from 0 upward, 16-wide wgmma steps, no split-K) ends in an
 //    epilogue that reduces each 128-wide vocab block of its tile of fp32 logits, still in registers, to one
 //    (max, sum of exp) pair per row. In wgmma's accumulator layout a row of a warpgroup's 64 x N tile lies in the
 //    4 lanes of one quad; column c of the tile sits in lane 4r + (c % 8) / 2 at column group c / 8. So in every
@@ -223,8 +223,8 @@ struct Fused {
 // M <= kSmallM: a 64 x 128 tile per consumer warpgroup, ping-pong (one warpgroup's epilogue runs under the other's
 // MMAs); its wgmma is the mid tile's m64n128k16, so the accumulators are the same
 using SmallFused = Fused<Shape<_64, _128, _64>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
-using MidFused = Fused<Shape<_128, _128, _64>, Shape<_1, _1, _1>>;    // M <= kMidM (gemm_detail::MidOut's tile)
-using LargeFused = Fused<Shape<_128, _256, _64>, Shape<_1, _2, _1>>;  // M > kMidM (gemm_detail::Large's tile)
+using MidFused = Fused<Shape<_128, _128, _64>, Shape<_1, _1, _1>>;    // M <= kFusedMidM (gemm_detail::MidOut's tile)
+using LargeFused = Fused<Shape<_128, _256, _64>, Shape<_1, _2, _1>>;  // above (gemm_detail::Large's tile)
 
 // The fused GEMM's launch: the epilogue's arguments, then CUTLASS's set-up and launch (gemm_detail::run_gemm).
 template <class Cfg>

@@ -1,4 +1,4 @@
-// linear_logp's fused forward, the small tile (M <= kSmallM, decode and short calls: 64 x 128 x 64, ping-pong, so
+// linear_logp's fused forward, the small tile (M <= kFusedSmallM, decode and short calls: 64 x 128 x 64, ping-pong, so
 // one consumer warpgroup's log-sum-exp epilogue runs while the other issues its MMAs), in a file of its own so that
 // it compiles beside the other tiles. A warpgroup's tile is the mid tile's 64 x 128 half: the same wgmma
 // (m64n128k16) and the same values in each lane, so a row's bits are the same in every bucket.

@@ -49,6 +49,13 @@ int gemm_f32out_infos(KernelInfo* out, int cap);
 // a row to a (max, sum) pair in `workspace` (fp32, linear_logp_workspace(m, n) values), which a second kernel folds;
 // the [m, n] logits are never written. n and k multiples of 8.
 int64_t linear_logp_blocks(int64_t vocab);
+// The fused forward's own frozen M table (0: M <= kFusedSmallM, the 64 x 128 ping-pong tile; 1: M <= kFusedMidM,
+// 128 x 128; 2: 128 x 256 on a 2-CTA cluster). Every tile gives the same bits (linear_logp_sm90.cuh), so the table
+// is a speed choice alone; it is not the GEMM's (kSmallM, kMidM) because the epilogue moves the crossovers: on an
+// H100 at V = 151936, K = 4096 the 128 x 128 fused kernel was 1.27x the 128 x 256 one at M = 512.
+constexpr int64_t kFusedSmallM = 64;
+constexpr int64_t kFusedMidM = 256;
+int linear_logp_bucket(int64_t m);
 inline int64_t linear_logp_workspace(int64_t m, int64_t vocab) { return m * (2 * linear_logp_blocks(vocab) + 1); }
 cudaError_t linear_logp_fwd(const bf16* x, const bf16* w, const int64_t* targets, float* workspace, float* out,
                             float* lse, int64_t m, int64_t n, int64_t k, int device, int sm_count,

@@ -95,6 +95,7 @@ Tensor gemm_meta(const Tensor& a, const Tensor& b, bool b_trans) {
 }
 
 int64_t gemm_bucket(int64_t m) { return ws1::sm90::gemm_bucket(m); }
+int64_t linear_logp_bucket(int64_t m) { return ws1::sm90::linear_logp_bucket(m); }
 
 // linear_logp's fused forward: (out, lse), fp32 [T] each; the logits are reduced in the GEMM's epilogue and never
 // written (the (max, sum) pairs of the 128-wide vocab blocks go to a workspace of T * (2 ceil(V / 128) + 1) floats)
@@ -219,6 +220,8 @@ TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "ws1's Hopper kernels (sm_90a); importing this module registers torch.ops.ws1_sm90.*";
   m.def("gemm_bucket", &gemm_bucket, "the GEMM's M bucket for M rows (0 small, 1 mid, 2 large)");
+  m.def("linear_logp_bucket", &linear_logp_bucket,
+        "linear_logp's fused forward's M bucket for M rows (0 small, 1 mid, 2 large; its own table)");
   m.def("logp_vector_path", &logp_vector_path, "whether logp on these logits takes the 16-byte load path");
   m.def("kernel_attributes", &kernel_attributes,
         "per kernel: name, binaryVersion, ptxVersion, numRegs, sharedSizeBytes, localSizeBytes, "

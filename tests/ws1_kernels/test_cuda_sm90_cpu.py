@@ -49,6 +49,16 @@ def test_the_buckets_are_the_headers() -> None:
     assert _header_constant(text, "kGemmAlign") == sm90.ALIGN
 
 
+def test_the_fused_linear_logp_buckets_are_the_headers() -> None:
+    from ws1_kernels.cuda_sm90.logprob import FUSED_BUCKETS
+
+    text = HEADER.read_text()
+    assert (_header_constant(text, "kFusedSmallM"), _header_constant(text, "kFusedMidM")) == FUSED_BUCKETS
+    # the control: a changed header is seen
+    changed = text.replace("kFusedMidM = 256;", "kFusedMidM = 512;")
+    assert _header_constant(changed, "kFusedMidM") != FUSED_BUCKETS[1]
+
+
 def test_the_bucket_reader_sees_a_changed_header() -> None:
     text = HEADER.read_text().replace("kMidM = 1024;", "kMidM = 2048;")
     assert _header_constant(text, "kMidM") != sm90.BUCKETS[1]

@@ -15,6 +15,7 @@ import torch
 from cuda_only import skip_module_without_hopper
 
 from ws1_kernels import cuda_sm90
+from ws1_kernels.cuda_sm90.logprob import FUSED_BUCKETS
 
 pytestmark = [pytest.mark.gpu, pytest.mark.needs_build, pytest.mark.sm90]
 
@@ -201,7 +202,8 @@ def _xwt(t: int, v: int, h: int = 512, seed: int = 0) -> tuple[torch.Tensor, tor
 
 
 # V_FULL: 1187 full vocab blocks; 1000 and 136: a partial last block (its columns past V must weigh nothing); 120:
-# one block, so the large tile's (256 wide) second block lies wholly past V. t = 1100 takes the large tile.
+# one block, so the large tile's (256 wide) second block lies wholly past V. t: 1 and 5 take the small tile, 130 the
+# mid one, 1100 the large one (FUSED_BUCKETS).
 @pytest.mark.parametrize("v", [V_FULL, 1000, 136, 120])
 @pytest.mark.parametrize("t", [1, 5, 130, 1100])
 def test_the_fused_forward_is_right(t: int, v: int) -> None:
@@ -220,8 +222,9 @@ def test_the_fused_forward_is_right(t: int, v: int) -> None:
 def test_the_fused_target_logit_is_the_fp32_gemms_accumulator(t: int) -> None:
     """The epilogue sees the accumulators that gemm_f32 stores (the backward recomputes its logits with it): the
     target's logit minus lse, in fp32, is the fused output bit for bit. gemm_f32 has the mid tile for every M; the
-    fused forward runs the small tile at t = 5 and the large one at t = 1100, so this also shows that every tile's
-    accumulators agree."""
+    fused forward runs the small tile at t = 5, the mid one at 130 and the large one at 1100, so this also shows
+    that every tile's accumulators agree."""
+    assert [cuda_sm90.linear_logp_bucket(n) for n in (5, 130, 1100)] == [0, 1, 2]
     x, w, targets = _xwt(t, 1000)
     out, lse = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
     logits = torch.ops.ws1_sm90.gemm_f32(x, w, True)
@@ -242,12 +245,24 @@ def test_a_row_of_the_fused_forward_has_the_same_bits_in_any_call_and_run() -> N
 
 
 def test_a_row_has_the_same_fused_bits_on_both_sides_of_each_tile_boundary() -> None:
-    """M <= 64 runs the 64 x 128 tile, M <= 1024 the 128 x 128 one, above that the 128 x 256 one: the rows of an
-    1100-row call have the bits of the same rows in calls of every bucket, each boundary from both sides. The
-    control: another vocabulary block order (the columns rolled by 128) gives other bits for the rows' lse."""
+    """The fused forward's own table (M <= 64 the 64 x 128 tile, M <= 256 the 128 x 128 one, above that the
+    128 x 256 one): the rows of an 1100-row call have the bits of the same rows in calls of every bucket, each
+    boundary from both sides. The control: another vocabulary block order (the columns rolled by 128) gives other
+    bits for the rows' lse."""
+    small, mid = FUSED_BUCKETS
+    for m, bucket in ((small, 0), (small + 1, 1), (mid, 1), (mid + 1, 2)):
+        assert cuda_sm90.linear_logp_bucket(m) == bucket, (m, bucket)
     x, w, targets = _xwt(1100, V_FULL)
     out, lse = torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets)
-    for lo, hi in ((0, 1024), (76, 1100), (1000, 1001), (1023, 1025), (40, 104), (40, 105), (0, 1025)):
+    spans = [
+        (1000, 1001),
+        (1023, 1025),
+        (40, 40 + small),
+        (40, 41 + small),
+        (100, 100 + mid),
+        (100, 101 + mid),
+    ]
+    for lo, hi in (*spans, (0, 1024), (76, 1100)):
         o, ls = torch.ops.ws1_sm90.linear_logp_fwd(x[lo:hi].contiguous(), w, targets[lo:hi].contiguous())
         assert torch.equal(_bits(o), _bits(out[lo:hi])) and torch.equal(_bits(ls), _bits(lse[lo:hi])), (
             lo,

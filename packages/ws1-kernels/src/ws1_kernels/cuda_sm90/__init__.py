@@ -85,6 +85,15 @@ def gemm_bucket(m: int) -> int:
     return int(ext.gemm_bucket(m))
 
 
+def linear_logp_bucket(m: int) -> int:
+    """linear_logp's fused forward's M bucket for ``m`` rows, as the extension computes it (0 small, 1 mid, 2
+    large): its own table (``logprob.FUSED_BUCKETS``), since every tile gives the same bits and only speed picks."""
+    ext = extension()
+    if ext is None:
+        raise RuntimeError(missing_reason())
+    return int(ext.linear_logp_bucket(m))
+
+
 def _load() -> tuple[Mapping[str, OpEntry], str | None]:
     why = missing_reason()
     if why is not None:

@@ -8,9 +8,10 @@ bandwidth. The backward is elementwise, one 16-byte vector per thread. A row who
 16-byte loads takes scalar loads and the same arithmetic (the GPU tests check that both give the same bits).
 
 linear_logp: the forward is fused (``ws1_sm90.linear_logp_fwd``, csrc/sm90/linear_logp_sm90.cu). The GEMM's
-epilogue (det_gemm's wgmma mainloop, the 128 x 128 tile for every M) reduces each row's 128-wide vocab block of fp32
-logits, still in registers, to a (max, sum of exp) pair; a second kernel folds a row's pairs in ascending block
-order. The ``[T, V]`` fp32 logits are never written: the forward keeps ``lse`` only. The backward recomputes the
+epilogue (det_gemm's wgmma mainloop on a tile from its own M table, ``FUSED_BUCKETS``: every tile holds the same
+values of a 128-wide vocab block in the same lanes, so the bits do not depend on it) reduces each row's 128-wide
+vocab block of fp32 logits, still in registers, to a (max, sum of exp) pair; a second kernel folds a row's pairs in
+ascending block order. The ``[T, V]`` fp32 logits are never written: the forward keeps ``lse`` only. The backward recomputes the
 logits with the same GEMM (``ws1_sm90.gemm_f32``: the same accumulators, stored unrounded) and splits ``dlogits``
 into two bf16 halves with the generic kernel. dx is the Hopper GEMM again (each half times the weight with an fp32
 store, summed in fp32, rounded once); the weight gradient is the generic sample-block kernel. Its launches record
@@ -25,6 +26,10 @@ from ..backend import OpEntry
 from ..context import LayoutContext
 from ..cuda import logprob as generic
 from .linear import _check_align
+
+#: the fused forward's M buckets (upper bounds, inclusive) of csrc/sm90/ws1_sm90.h (kFusedSmallM, kFusedMidM):
+#: 64x128 ping-pong, 128x128, 128x256 above; the GPU tests read the extension's own and check both sides of each
+FUSED_BUCKETS = (64, 256)
 
 KERNEL = "ws1.cuda_sm90.logp.onepass"
 LINEAR_KERNEL = "ws1.cuda_sm90.linear_logp.wgmma"
