@@ -20,13 +20,6 @@ from ws1_harness.verdict import freshness
 #: bundle folder, or "folder/profile" for one profile's files in it, -> why that evidence is behind the code (to be
 #: replaced by the next GPU run); every file a key covers must be stale, and only those files are exempt
 KNOWN_STALE: dict[str, str] = {
-    "merged-cuda-h100-d964334/cuda_bf16_sm90": (
-        "2380d02 makes the device's primary context current before CUTLASS encodes the Hopper GEMMs' TMA "
-        "descriptors (csrc/sm90/gemm_sm90.cuh, linear_logp_sm90.cu: a thread whose first CUDA work was a Hopper op "
-        "hit an illegal instruction) and 73cfd5a refactors their launch; the Hopper GPU tests and the bench ran at "
-        "73cfd5a (linear-logp-sm90-h100-73cfd5a) but the session's device time ran out before the matrix, so the "
-        "Hopper profile's shard is the run's of d964334. The bundle's cuda_bf16 shards are unaffected and stay judged"
-    ),
     "gpu-sm90-c7fbc8a": (
         "the 36-layer triton_cuda_bf16 chain and its run's matrix (kept as a chain companion: evidence_files."
         "CHAIN_COMPANIONS): 4b063e8 factored the candidates' backward launches into shared functions and added "
