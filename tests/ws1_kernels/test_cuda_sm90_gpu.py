@@ -141,11 +141,53 @@ def test_a_cuda_graph_and_torch_compile_give_the_eager_bits() -> None:
     assert not torch.equal(_bits(out), _bits(eager))
 
 
-def _child(code: str) -> subprocess.CompletedProcess[str]:
+def _child(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a child Python with this environment: a crash there fails one test, not the whole run."""
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=os.environ.copy()
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ.copy(),
     )
+
+
+# each Hopper op on an x that starts `shift` bf16 elements into its allocation (torch's allocations start on a
+# 512-byte boundary): one line per op, "accepted" or "refused: <the error's first line>"
+_OFFSET_START = """
+import sys, torch, ws1_kernels.cuda_sm90
+shift = int(sys.argv[1])
+buf = torch.randn(4 * 4096 + 64, device="cuda").to(torch.bfloat16)
+x = buf[shift : shift + 4 * 4096].view(4, 4096)
+w = torch.randn(256, 4096, device="cuda").to(torch.bfloat16)
+t = torch.zeros(4, dtype=torch.int64, device="cuda")
+calls = {
+    "gemm": lambda: torch.ops.ws1_sm90.gemm(x, w, True),
+    "gemm_f32": lambda: torch.ops.ws1_sm90.gemm_f32(x, w, True),
+    "linear_logp_fwd": lambda: torch.ops.ws1_sm90.linear_logp_fwd(x, w, t),
+}
+for name, call in calls.items():
+    try:
+        call()
+        torch.cuda.synchronize()
+        print(name, "accepted")
+    except RuntimeError as exc:
+        print(name, "refused:", str(exc).splitlines()[0])
+"""
+
+
+@pytest.mark.parametrize("shift", [1, 4])
+def test_an_operand_off_a_16_byte_boundary_is_refused_by_each_op(shift: int) -> None:
+    """TMA reads from 16-byte boundaries, and CUTLASS launches on a descriptor it could not encode: each Hopper op
+    refuses such a start in one line (2 and 8 bytes in), in a child process so that a crash fails only this test.
+    The control, 16 bytes in, is accepted by every op."""
+    proc = _child(_OFFSET_START, str(shift))
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and len(lines) == 3, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    for line in lines:
+        assert "refused:" in line and f"starts {2 * shift} bytes past a 16-byte boundary" in line, line
+    control = _child(_OFFSET_START, "8")
+    assert control.returncode == 0 and control.stdout.split().count("accepted") == 3, control.stdout
 
 
 _MISALIGNED = """
