@@ -5,7 +5,7 @@
 #   bash ci/device_gpu_run.sh native triton tests bench
 # Each step's log lands in $OUT/<step>.log; the evidence folders are packed into $OUT/evidence.tgz at the end.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 : "${OUT:?set OUT to an output folder}"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || exit 2
@@ -19,7 +19,8 @@ ev="$OUT/ev"; mkdir -p "$ev"
 T0=$(date +%s)
 step() {  # step NAME LIMIT_S COMMAND...: run with a limit, log, print the wall time and exit status
   local name=$1 limit=$2; shift 2
-  local t=$(date +%s)
+  local t
+  t=$(date +%s)
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   echo "step $name: rc=$rc wall=$(( $(date +%s) - t ))s (since start $(( $(date +%s) - T0 ))s)" | tee -a "$OUT/steps.txt"
@@ -56,6 +57,25 @@ for s in "$@"; do
     host)   step host-fast "${HOST_LIMIT:-120}" python3 ci/host_cost_triton.py --out "$ev/host-fast.json"
             step host-jit "${HOST_LIMIT:-120}" env WS1_TRITON_LAUNCH=jit python3 ci/host_cost_triton.py --out "$ev/host-jit.json" ;;
     script) step "${SCRIPT_NAME:-script}" "${SCRIPT_LIMIT:-240}" bash -c "${SCRIPT:?set SCRIPT}" ;;
+    # the Hopper module's own checks in one step: build both modules (build/cuda-gpu_sm90 and its hopper/ folder,
+    # where nox -s gpu_sm90 puts them, so a later `nox ... --no-build` reuses them), the Hopper GPU test modules,
+    # `ws1 bench --profile cuda_bf16_sm90` (HOPPER_BENCH_ARGS, default linear_logp and lm_head at 64, 512 and 4096
+    # rows), then memcheck and racecheck over ci/sanitize_logp_sm90.py; one log each under $OUT/hopper-*.log
+    hopper) hb="$PWD/build/cuda-gpu_sm90"
+            step hopper-build "${HOPPER_BUILD_LIMIT:-240}" bash -c "mkdir -p $hb/hopper && \
+              TORCH_CUDA_ARCH_LIST='8.0;9.0a' WS1_MODULES=generic MAX_JOBS=8 python3 csrc/setup.py build_ext \
+                --build-lib $hb --build-temp $hb/tmp-generic & \
+              TORCH_CUDA_ARCH_LIST='8.0;9.0a' WS1_MODULES=hopper MAX_JOBS=8 python3 csrc/setup.py build_ext \
+                --build-lib $hb/hopper --build-temp $hb/tmp-hopper & wait"
+            hp="$hb:$hb/hopper:${PYTHONPATH:-}"
+            step hopper-tests "${HOPPER_TESTS_LIMIT:-240}" env PYTHONPATH="$hp" python3 -m pytest -q -p no:cacheprovider \
+              -rfE tests/ws1_kernels/test_cuda_sm90_gpu.py tests/ws1_kernels/test_cuda_sm90_logp_gpu.py
+            step hopper-bench "${HOPPER_BENCH_LIMIT:-240}" env PYTHONPATH="$hp" ws1 bench --profile cuda_bf16_sm90 \
+              ${HOPPER_BENCH_ARGS:---op linear_logp --op lm_head --m 64 --m 512 --m 4096} --out "$ev/hopper-bench" --force
+            for tool in memcheck racecheck; do
+              step "hopper-$tool" "${HOPPER_SANITIZE_LIMIT:-120}" env PYTHONPATH="$hp" compute-sanitizer --tool "$tool" \
+                --error-exitcode 1 python3 ci/sanitize_logp_sm90.py
+            done ;;
     # NOX_GLOBAL: nox's own flags (default --no-venv: one environment; empty: each profile in its own venv)
     nox)    step "${NOX_SESSION:-gpu_sm90}" "${NOX_LIMIT:-500}" python3 -m nox ${NOX_GLOBAL---no-venv} -s "${NOX_SESSION:-gpu_sm90}" -- ${NOX_ARGS:-} ;;
     # compute-sanitizer over one forward and one backward of every candidate of SANITIZE_PROFILE (cuda_bf16) at
