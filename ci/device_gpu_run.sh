@@ -58,7 +58,7 @@ for s in "$@"; do
             step host-jit "${HOST_LIMIT:-120}" env WS1_TRITON_LAUNCH=jit python3 ci/host_cost_triton.py --out "$ev/host-jit.json" ;;
     script) step "${SCRIPT_NAME:-script}" "${SCRIPT_LIMIT:-240}" bash -c "${SCRIPT:?set SCRIPT}" ;;
     # the Hopper module's own checks in one step: build both modules (build/cuda-gpu_sm90 and its hopper/ folder,
-    # where nox -s gpu_sm90 puts them, so a later `nox ... --no-build` reuses them), the Hopper GPU test modules,
+    # where nox -s gpu_sm90 puts them, so a later `nox ... --no-build` reuses them), every Hopper GPU test (marked sm90),
     # `ws1 bench --profile cuda_bf16_sm90` (HOPPER_BENCH_ARGS, default linear_logp and lm_head at 64, 512 and 4096
     # rows), then memcheck and racecheck over ci/sanitize_logp_sm90.py; one log each under $OUT/hopper-*.log
     hopper) hb="$PWD/build/cuda-gpu_sm90"
@@ -69,7 +69,7 @@ for s in "$@"; do
                 --build-lib $hb/hopper --build-temp $hb/tmp-hopper & wait"
             hp="$hb:$hb/hopper:${PYTHONPATH:-}"
             step hopper-tests "${HOPPER_TESTS_LIMIT:-240}" env PYTHONPATH="$hp" python3 -m pytest -q -p no:cacheprovider \
-              -rfE tests/ws1_kernels/test_cuda_sm90_gpu.py tests/ws1_kernels/test_cuda_sm90_logp_gpu.py
+              -rfE -m "gpu and sm90" tests/ws1_kernels
             step hopper-bench "${HOPPER_BENCH_LIMIT:-240}" env PYTHONPATH="$hp" ws1 bench --profile cuda_bf16_sm90 \
               ${HOPPER_BENCH_ARGS:---op linear_logp --op lm_head --m 64 --m 512 --m 4096} --out "$ev/hopper-bench" --force
             for tool in memcheck racecheck; do
