@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ws1_harness.run.compare import raw_bits_equal
 from ws1_kernels import LayoutContext
 from ws1_kernels.integrations import qwen3
 from ws1_workload import Fixture, LayoutSpec, build_layout, logical_tensor, next_token_targets, restore
@@ -147,9 +148,7 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     elsewhere: the packed layout's gradients wait on the host, one parameter at a time comes back)."""
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
-    b = b.to(a.device)
-    width = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return bool(torch.equal(a.contiguous().view(width), b.contiguous().view(width)))
+    return raw_bits_equal(a, b.to(a.device))
 
 
 def grad_invariance(packed: TrainRun, run: TrainRun) -> dict[str, bool]:

@@ -42,11 +42,6 @@ def crash_text(exc: BaseException) -> dict[str, str]:
     return {"why": f"{type(exc).__name__}: {exc}".splitlines()[0], "at": where}
 
 
-def same_bits(a: Tensor, b: Tensor) -> bool:
-    """Bit-for-bit equality (shape, dtype and raw bits: +0 differs from -0, a NaN equals only its own bits)."""
-    return raw_bits_equal(a, b)
-
-
 @dataclass
 class LogicalInputs:
     """The logical tensors of one case: rows in logical order (samples ascending, positions ascending)."""
@@ -333,10 +328,10 @@ def _check_unchanged(
     """
     seen = {m["tensor"] for m in run.modified}
     for name, t in physical.items():
-        if name not in seen and not same_bits(t, given[name]):
+        if name not in seen and not raw_bits_equal(t, given[name]):
             run.modified.append({"tensor": name, "call": call, "pass": phase})
     for name, leaf in params.items():
-        if name not in seen and not same_bits(leaf, inputs.params[name]):
+        if name not in seen and not raw_bits_equal(leaf, inputs.params[name]):
             run.modified.append({"tensor": name, "call": call, "pass": phase})
 
 
