@@ -57,7 +57,8 @@ def main() -> int:
     if ext is None or not torch.cuda.is_available():
         print(f"sanitize_logp_sm90: {cuda_sm90.missing_reason() or 'no CUDA device'}", file=sys.stderr)
         return 1
-    # (label, the call, its kernel launches): one line each, the first failure ends the run
+    # (label, the call, the ops it calls: logp's forward and backward, or the fused forward): one line each, the
+    # first failure ends the run
     cases: list[tuple[str, Callable[[], str], int]] = [
         (f"rows={r} V={v} skew={k}", lambda r=r, v=v, k=k: f"{_call(ext, r, v, k)} path ok", 2)
         for r, v, k in ((3, 151936, False), (3, 151936, True), (5, 1001, False), (1, 8, False), (2, 9, True))
@@ -75,13 +76,13 @@ def main() -> int:
         )
     ]
     calls = 0
-    for label, run, launches in cases:
+    for label, run, ops in cases:
         try:
             what = run()
         except Exception as exc:  # noqa: BLE001 - one line, then the exit status
             print(f"sanitize_logp_sm90 {label}: {str(exc).splitlines()[0]}", flush=True)
             return 1
-        calls += launches
+        calls += ops
         print(f"sanitize_logp_sm90 {label}: {what}", flush=True)
     print(f"sanitize_logp_sm90: {calls} calls, every path ran", flush=True)
     return 0
