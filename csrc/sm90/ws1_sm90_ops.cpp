@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -182,12 +183,53 @@ bool logp_vector_path(const Tensor& logits) {
   return ws1::sm90::logp_vector_path(logits.data_ptr(), logits.size(-1));
 }
 
+// The weight gradient under sample_blocks_main_grad, in place on main_grad (wgrad_sm90.cu): the generic
+// ws1.gemm_wgrad's contract, for weights whose dims are multiples of kWgradTile (the caller keeps the generic kernel
+// for the others, by the weight's shape alone).
+void wgrad(const Tensor& dy, const Tensor& x, const Tensor& table, int64_t n_blocks, const Tensor& main_grad,
+           const std::optional<Tensor>& dy_lo) {
+  check_bf16("sm90.wgrad", "dy", dy);
+  check_bf16("sm90.wgrad", "x", x);
+  check_address("sm90.wgrad", "dy", dy);
+  check_address("sm90.wgrad", "x", x);
+  if (dy_lo.has_value()) {
+    check_bf16("sm90.wgrad", "dy_lo", *dy_lo);
+    check_address("sm90.wgrad", "dy_lo", *dy_lo);
+    TORCH_CHECK(dy_lo->sizes() == dy.sizes(), "ws1_sm90.wgrad: dy_lo has shape ", dy_lo->sizes(), ", dy ",
+                dy.sizes());
+  }
+  TORCH_CHECK(dy.dim() == 2 && x.dim() == 2 && dy.size(0) == x.size(0), "ws1_sm90.wgrad: dy [T, N], x [T, K]");
+  const int64_t n = dy.size(1), k = x.size(1);
+  TORCH_CHECK(n % ws1::sm90::kWgradTile == 0 && k % ws1::sm90::kWgradTile == 0, "ws1_sm90.wgrad: the weight's dims (",
+              n, ", ", k, ") must be multiples of ", ws1::sm90::kWgradTile, " (other weights take ws1.gemm_wgrad)");
+  TORCH_CHECK(table.is_cuda() && table.scalar_type() == at::kInt && table.dim() == 2 &&
+                  table.size(1) == ws1::kWgradBlock && table.is_contiguous() && 0 <= n_blocks &&
+                  n_blocks <= table.size(0),
+              "ws1_sm90.wgrad: table must be contiguous int32 [programs, ", ws1::kWgradBlock, "] with n_blocks rows");
+  TORCH_CHECK(main_grad.is_cuda() && main_grad.scalar_type() == at::kFloat && main_grad.is_contiguous() &&
+                  main_grad.dim() == 2 && main_grad.size(0) == n && main_grad.size(1) == k,
+              "ws1_sm90.wgrad: main_grad must be contiguous fp32 [", n, ", ", k, "]");
+  const c10::cuda::CUDAGuard guard(dy.device());
+  if (n_blocks == 0) return;
+  const int64_t r = ws1::sm90::wgrad_rows(n_blocks, dy_lo.has_value());
+  Tensor gathered_dy = at::empty({r, n}, dy.options());
+  Tensor gathered_x = at::empty({r, k}, x.options());
+  check_launch("sm90.wgrad",
+               ws1::sm90::wgrad_blocks(bf(dy), dy_lo.has_value() ? bf(*dy_lo) : nullptr, bf(x),
+                                       table.data_ptr<int32_t>(), n_blocks, main_grad.data_ptr<float>(),
+                                       bf_mut(gathered_dy), bf_mut(gathered_x), n, k, dy.get_device(),
+                                       at::cuda::getCurrentCUDAStream()));
+}
+
+void wgrad_meta(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&, const std::optional<Tensor>&) {}
+
 std::vector<ws1::binding::AttributeRow> kernel_attributes() {
   ws1::KernelInfo infos[24];
   int n = ws1::sm90::gemm_kernel_infos(infos, 24);
   n += ws1::sm90::gemm_f32out_infos(infos + n, 24 - n);
   n += ws1::sm90::logp_kernel_infos(infos + n, 24 - n);
   n += ws1::sm90::linear_logp_infos(infos + n, 24 - n);
+  n += ws1::sm90::wgrad_infos(infos + n, 24 - n);
   return ws1::binding::attribute_rows(infos, n);
 }
 
@@ -199,6 +241,7 @@ TORCH_LIBRARY(ws1_sm90, m) {
   m.def("logp_bwd(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> Tensor");
   m.def("gemm_f32(Tensor a, Tensor b, bool b_trans) -> Tensor");
   m.def("linear_logp_fwd(Tensor x, Tensor w, Tensor targets) -> (Tensor, Tensor)");
+  m.def("wgrad(Tensor dy, Tensor x, Tensor table, int n_blocks, Tensor(a!) main_grad, Tensor? dy_lo=None) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) {
@@ -207,6 +250,7 @@ TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) {
   m.impl("logp_bwd", &logp_bwd);
   m.impl("gemm_f32", &gemm_f32);
   m.impl("linear_logp_fwd", &linear_logp_fwd);
+  m.impl("wgrad", &wgrad);
 }
 
 TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) {
@@ -215,6 +259,7 @@ TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) {
   m.impl("logp_bwd", &logp_bwd_meta);
   m.impl("gemm_f32", &gemm_f32_meta);
   m.impl("linear_logp_fwd", &linear_logp_fwd_meta);
+  m.impl("wgrad", &wgrad_meta);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

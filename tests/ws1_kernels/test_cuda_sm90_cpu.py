@@ -100,10 +100,14 @@ def test_the_control_a_view_at_a_16_byte_offset_passes() -> None:
     sm90._check_align("w", _at_byte_offset(16, 3, 64), _at_byte_offset(32, 16, 64))
 
 
-def test_the_hopper_entries_run_their_own_op_and_name_the_generic_weight_gradient() -> None:
+def test_the_hopper_entries_run_their_own_op_and_name_both_weight_gradients() -> None:
     for op, generic_id in (("det_gemm", generic.DET_GEMM), ("lm_head", generic.LM_HEAD)):
         entry = sm90.OPS[op]
-        assert entry.kernel_id.startswith("ws1.cuda_sm90.") and entry.kernel_ids == {generic_id}
+        # the weight gradient records the Hopper id or, for a weight off its tile, the generic one
+        assert entry.kernel_id.startswith("ws1.cuda_sm90.") and entry.kernel_ids == {
+            generic_id,
+            sm90.WGRAD_KERNEL,
+        }
         assert "ws1_sm90.gemm" in entry.declared_ops and "ws1.gemm" not in entry.declared_ops
     # the control: the generic entries dispatch ws1.gemm, which the Hopper entries must never do
     assert "ws1.gemm" in generic.OPS["det_gemm"].declared_ops
@@ -123,13 +127,15 @@ def test_the_hopper_logp_entries_run_their_own_ops() -> None:
     assert set(sm90_logp.OPS) == {"logp", "linear_logp"}
 
 
-def test_the_hopper_linear_logp_has_its_own_forward_and_names_the_generic_backward() -> None:
+def test_the_hopper_linear_logp_has_its_own_forward_and_names_the_generic_backward_pieces() -> None:
     from ws1_kernels.cuda import logprob as generic_logp
     from ws1_kernels.cuda_sm90 import logprob as sm90_logp
 
     entry = sm90_logp.OPS["linear_logp"]
     assert entry.kernel_id == "ws1.cuda_sm90.linear_logp.wgmma"
-    assert entry.kernel_ids == {generic_logp.LINEAR_KERNEL}  # the backward's launches record the generic id
+    # the backward's generic pieces record the generic id; the weight gradient records the Hopper one (or, for a
+    # weight off its tile, the generic one)
+    assert entry.kernel_ids == {generic_logp.LINEAR_KERNEL, sm90.WGRAD_KERNEL}
     assert {
         "ws1_sm90.linear_logp_fwd",  # the fused forward
         "ws1_sm90.gemm_f32",  # the backward's recompute of the logits
@@ -151,3 +157,37 @@ def test_the_hopper_linear_logp_has_its_own_forward_and_names_the_generic_backwa
     assert isinstance(sm90_logp.HOPPER_LINEAR, generic_logp.LinearLogpForward)
     assert sm90_logp.HOPPER_LINEAR.kernel == entry.kernel_id
     assert sm90_logp.HOPPER.kernel == sm90_logp.OPS["logp"].kernel_id != generic_logp.GENERIC.kernel
+
+
+@pytest.mark.parametrize(
+    ("shape", "hopper"), [((256, 128), True), ((151936, 4096), True), ((136, 128), False), ((128, 72), False)]
+)
+def test_the_hopper_weight_gradient_is_picked_by_the_weights_shape(
+    shape: tuple[int, int], hopper: bool
+) -> None:
+    """Both dims multiples of 128: the Hopper kernel and its id; otherwise None, so the generic kernel runs."""
+    picked = sm90.hopper_wgrad(torch.empty(shape))
+    assert (picked is not None) == hopper
+    if picked is not None:
+        assert picked[0] == sm90.WGRAD_KERNEL
+
+
+def test_a_gemm_falls_back_to_the_generic_weight_gradient() -> None:
+    hopper = sm90._DET_GEMM.wgrad_for(torch.empty(256, 128))
+    other = sm90._DET_GEMM.wgrad_for(torch.empty(136, 128))
+    assert hopper[0] == sm90.WGRAD_KERNEL
+    assert other[0] == generic.DET_GEMM and other[1] is generic._generic_wgrad
+    # the control: the generic profile's GEMM never picks the Hopper kernel
+    assert generic._DET_GEMM.wgrad_for(torch.empty(256, 128))[0] == generic.DET_GEMM
+
+
+def test_the_weight_gradient_op_and_id_are_declared() -> None:
+    from ws1_kernels.cuda_sm90 import logprob as sm90_logp
+
+    for entry in (*sm90.OPS.values(), sm90_logp.OPS["linear_logp"]):
+        assert "ws1_sm90.wgrad" in entry.declared_ops and sm90.WGRAD_KERNEL in entry.kernel_ids
+    assert sm90_logp.HOPPER_LINEAR.wgrad is sm90.hopper_wgrad
+
+
+def test_the_wgrad_tile_is_the_headers() -> None:
+    assert _header_constant(HEADER.read_text(), "kWgradTile") == sm90.WGRAD_TILE

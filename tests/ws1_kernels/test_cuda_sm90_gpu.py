@@ -56,11 +56,13 @@ def test_the_kernels_are_sm90a_machine_code() -> None:
     logp = [n for n in names if n.startswith("ws1_sm90_logp_")]
     linear_logp = [n for n in names if "linear_logp" in n or "lse_finalize" in n]
     f32out = [n for n in names if "f32out" in n]
+    wgrad = [n for n in names if "wgrad" in n]
     # logp: forward and backward, 16-byte and scalar loads each; linear_logp: the GEMM with the log-sum-exp
     # epilogue on each bucket's tile, and the fold of its partials; the fp32-output GEMM (the backward's logits and
-    # dx); the bf16 GEMM: forward and dx in each of three buckets
-    assert (len(logp), len(linear_logp), len(f32out)) == (4, 4, 2), names
-    assert len(names) - len(logp) - len(linear_logp) - len(f32out) == 6, names
+    # dx); the weight gradient (its gather and its wgmma kernel); the bf16 GEMM: forward and dx in each of three
+    # buckets
+    assert (len(logp), len(linear_logp), len(f32out), len(wgrad)) == (4, 4, 2, 2), names
+    assert len(names) - len(logp) - len(linear_logp) - len(f32out) - len(wgrad) == 6, names
     for r in rows:
         assert r["error"] == "" and int(r["binary_version"]) == 90, r
 
@@ -248,16 +250,23 @@ import threading, torch, ws1_kernels.cuda_sm90
 a = torch.randn(64, 256, device="cuda").to(torch.bfloat16)
 b = torch.randn(512, 256, device="cuda").to(torch.bfloat16)
 targets = torch.arange(64, device="cuda") * 7 % 512
+dy = torch.randn(64, 512, device="cuda").to(torch.bfloat16)
+table = torch.arange(64, device="cuda", dtype=torch.int32).reshape(4, 16)
+def wgrad():
+    mg = torch.zeros(512, 256, device="cuda")
+    torch.ops.ws1_sm90.wgrad(dy, a, table, 4, mg, None)
+    return mg
 want = [torch.ops.ws1_sm90.gemm_f32(a, b, True), torch.ops.ws1_sm90.gemm(a, b, True),
-        *torch.ops.ws1_sm90.linear_logp_fwd(a, b, targets)]
+        *torch.ops.ws1_sm90.linear_logp_fwd(a, b, targets), wgrad()]
 cached = [torch.empty_like(w) for w in want] + [torch.empty(64 * (2 * 4 + 1), device="cuda")]
+cached += [torch.empty(64, 512, device="cuda", dtype=torch.bfloat16), torch.empty(64, 256, device="cuda", dtype=torch.bfloat16)]
 torch.cuda.synchronize()
 del cached
 got = {}
 def work():
     try:
         got["out"] = [torch.ops.ws1_sm90.gemm_f32(a, b, True), torch.ops.ws1_sm90.gemm(a, b, True),
-                      *torch.ops.ws1_sm90.linear_logp_fwd(a, b, targets)]
+                      *torch.ops.ws1_sm90.linear_logp_fwd(a, b, targets), wgrad()]
         torch.cuda.synchronize()
     except Exception as exc:
         got["error"] = str(exc).splitlines()[0]
@@ -278,5 +287,5 @@ def test_a_thread_whose_first_cuda_work_is_a_hopper_op_gets_the_main_threads_bit
     """In a child process, so that an illegal instruction fails this test rather than the whole run."""
     proc = _child(_FIRST_WORK_IN_A_THREAD)
     assert proc.returncode == 0, (proc.stdout[-1000:], proc.stderr[-2000:])
-    assert "same bits: [True, True, True, True]" in proc.stdout, proc.stdout
+    assert "same bits: [True, True, True, True, True]" in proc.stdout, proc.stdout
     assert "Failed to initialize the TMA descriptor" not in proc.stderr, proc.stderr[-2000:]

@@ -29,14 +29,38 @@ DET_GEMM = "ws1.cuda.det_gemm.fixed_k"
 LM_HEAD = "ws1.cuda.lm_head.fixed_k"
 
 
+#: a weight-gradient op: ``op(dy, x, table_rows, n_blocks, main_grad, dy_lo)`` adds the blocks into main_grad
+WgradOp = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor, "torch.Tensor | None"], None]
+#: a profile's own weight gradient for a weight, by its shape alone: (kernel id, op), or None for the generic one
+WgradPick = Callable[[torch.Tensor], "tuple[str, WgradOp] | None"]
+
+
+def _generic_wgrad(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    rows: torch.Tensor,
+    n_blocks: int,
+    mg: torch.Tensor,
+    lo: torch.Tensor | None,
+) -> None:
+    torch.ops.ws1.gemm_wgrad(dy, x, rows, n_blocks, mg, lo)
+
+
 @dataclass(frozen=True)
 class Gemm:
     """A profile's GEMM for the linear layers: ``op(a, b, b_trans)`` (``a b^T`` or ``a b``), the kernel ids its
-    forward and dx record, and the id the weight gradient (always ``ws1.gemm_wgrad``) records."""
+    forward and dx record, and the id the generic weight gradient (``ws1.gemm_wgrad``) records. ``wgrad``, if
+    set, may give the profile's own weight gradient for a weight (by its shape alone, never the batch's)."""
 
     op: Callable[[torch.Tensor, torch.Tensor, bool], torch.Tensor]
     kernel: str
     wgrad_kernel: str
+    wgrad: WgradPick | None = None
+
+    def wgrad_for(self, weight: torch.Tensor) -> tuple[str, WgradOp]:
+        """The weight gradient that runs for ``weight``: (the id it records, its op)."""
+        own = self.wgrad(weight) if self.wgrad is not None else None
+        return own if own is not None else (self.wgrad_kernel, _generic_wgrad)
 
 
 def wgrad_into_main_grad(
@@ -45,13 +69,15 @@ def wgrad_into_main_grad(
     weight: torch.Tensor,
     lctx: LayoutContext,
     dy_lo: torch.Tensor | None = None,
+    op: WgradOp = _generic_wgrad,
 ) -> None:
     """``main_grad(weight) += dy^T x`` under ``sample_blocks_main_grad``: the call's sample-aligned 16-row blocks
-    in order, one MMA per block into the fp32 tile it carries (``dy_lo``: dy's low bf16 half, if split)."""
+    in order, one MMA per block into the fp32 tile it carries (``dy_lo``: dy's low bf16 half, if split), through
+    ``op`` (the generic kernel unless a profile gives its own)."""
     table = block_table(lctx, x.shape[0], x.device)
     mg = main_grad_of(weight)
     if table.n_blocks:
-        torch.ops.ws1.gemm_wgrad(dy, x, table.rows, table.n_blocks, mg, dy_lo)
+        op(dy, x, table.rows, table.n_blocks, mg, dy_lo)
 
 
 class _Linear(torch.autograd.Function):
@@ -75,8 +101,9 @@ class _Linear(torch.autograd.Function):
             record(gemm.kernel, "bwd")
             dx = gemm.op(dy, weight, False)
         if do_dw:
-            record(gemm.wgrad_kernel, "bwd")
-            wgrad_into_main_grad(dy, x, weight, ctx.lctx)
+            kernel, op = gemm.wgrad_for(weight)
+            record(kernel, "bwd")
+            wgrad_into_main_grad(dy, x, weight, ctx.lctx, op=op)
         return dx, None, None, None
 
 

@@ -25,7 +25,7 @@ from ..launches import record
 from ..main_grad import check_main_grad
 from ..op_checks import check_targets
 from ._common import check_inputs
-from .linear import wgrad_into_main_grad
+from .linear import WgradPick, wgrad_into_main_grad
 
 KERNEL = "ws1.cuda.logp.rowwise"
 LINEAR_KERNEL = "ws1.cuda.linear_logp.vocabblock"
@@ -52,7 +52,8 @@ class LinearLogpForward:
     (the same GEMM, so the same bits the fused forward reduced) and records ``kernel`` for that GEMM.
 
     ``dx(hi, lo, weight) -> dx`` (bf16), if set, replaces the generic dx GEMM over the two bf16 halves of
-    ``dlogits`` and records ``kernel``."""
+    ``dlogits`` and records ``kernel``. ``wgrad(weight)``, if set, may give the profile's own weight gradient for
+    that weight (by its shape alone): (the id it records, its op)."""
 
     logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     kernel: str
@@ -61,6 +62,7 @@ class LinearLogpForward:
         None
     )
     dx: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    wgrad: WgradPick | None = None
 
     def __post_init__(self) -> None:
         if (self.logp is None) == (self.fused is None):
@@ -146,7 +148,12 @@ class _LinearLogp(torch.autograd.Function):
         elif do_dx:
             dx = torch.ops.ws1.gemm(hi, weight, False, lo)
         if do_dw:
-            wgrad_into_main_grad(hi, x, weight, ctx.lctx, lo)
+            own = ctx.f.wgrad(weight) if ctx.f.wgrad is not None else None
+            if own is None:
+                wgrad_into_main_grad(hi, x, weight, ctx.lctx, lo)
+            else:
+                record(own[0], "bwd")
+                wgrad_into_main_grad(hi, x, weight, ctx.lctx, lo, op=own[1])
         return dx, None, None, None, None
 
 

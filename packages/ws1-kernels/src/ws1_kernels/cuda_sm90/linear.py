@@ -2,8 +2,11 @@
 
 csrc/sm90/gemm_sm90.cuh: CUTLASS 3.x's persistent warp-specialised sm90 kernels, one accumulator chain per output
 element over all of K (no split-K, no stream-K), tiles from a frozen table of M buckets (``BUCKETS``). dx is the
-same kernel on ``dy W`` (b row-major: N contiguous). The weight gradient is the generic ``cuda_bf16`` one
-(``ws1.gemm_wgrad``, ``sample_blocks_main_grad``), and its launch records the generic kernel id.
+same kernel on ``dy W`` (b row-major: N contiguous). The weight gradient (``sample_blocks_main_grad``) is
+Hopper's own (``ws1_sm90.wgrad``, csrc/sm90/wgrad_sm90.cu: the blocks gathered, then TMA and wgmma with each
+element's chain starting from ``main_grad``) for a weight whose dims are multiples of ``WGRAD_TILE``, and the
+generic ``ws1.gemm_wgrad`` for any other weight: a choice by the weight's shape alone, so a parameter's bits come
+from one kernel in every layout.
 """
 
 from __future__ import annotations
@@ -25,12 +28,42 @@ ALIGN = 8
 ADDRESS_ALIGN = 16
 
 
+#: the Hopper weight gradient's kernel id, and the tile its weight's dims must be multiples of (kWgradTile)
+WGRAD_KERNEL = "ws1.cuda_sm90.wgrad.wgmma"
+WGRAD_TILE = 128
+
+
 def _gemm(a: torch.Tensor, b: torch.Tensor, b_trans: bool) -> torch.Tensor:
     return torch.ops.ws1_sm90.gemm(a, b, b_trans)
 
 
-_DET_GEMM = generic.Gemm(_gemm, DET_GEMM, generic.DET_GEMM)
-_LM_HEAD = generic.Gemm(_gemm, LM_HEAD, generic.LM_HEAD)
+def _aligned(t: torch.Tensor | None) -> torch.Tensor | None:
+    """``t`` itself, or a copy of it (the same values) when it starts off a 16-byte boundary, which the gather's
+    16-byte loads cannot read; a copy, never another kernel, so the choice of kernel stays the shape's."""
+    return t if t is None or t.data_ptr() % ADDRESS_ALIGN == 0 else t.clone()
+
+
+def _wgrad_op(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    rows: torch.Tensor,
+    n_blocks: int,
+    mg: torch.Tensor,
+    lo: torch.Tensor | None,
+) -> None:
+    torch.ops.ws1_sm90.wgrad(_aligned(dy), _aligned(x), rows, n_blocks, mg, _aligned(lo))
+
+
+def hopper_wgrad(weight: torch.Tensor) -> tuple[str, generic.WgradOp] | None:
+    """The Hopper weight gradient for ``weight`` when both its dims are multiples of ``WGRAD_TILE``, else None
+    (the generic one runs): by the weight's shape alone, never the batch's."""
+    if weight.shape[0] % WGRAD_TILE or weight.shape[1] % WGRAD_TILE:
+        return None
+    return WGRAD_KERNEL, _wgrad_op
+
+
+_DET_GEMM = generic.Gemm(_gemm, DET_GEMM, generic.DET_GEMM, wgrad=hopper_wgrad)
+_LM_HEAD = generic.Gemm(_gemm, LM_HEAD, generic.LM_HEAD, wgrad=hopper_wgrad)
 
 
 def _check_align(where: str, x: torch.Tensor, weight: torch.Tensor) -> None:
@@ -62,8 +95,9 @@ def lm_head(x: torch.Tensor, weight: torch.Tensor, ctx: LayoutContext) -> torch.
     return generic.linear("cuda_bf16_sm90.lm_head", _LM_HEAD, x, weight, ctx)
 
 
-_DECLARED = (generic.DECLARED - {"ws1.gemm"}) | {"ws1_sm90.gemm"}
+# clone: _aligned's copy of an operand off a 16-byte boundary
+_DECLARED = (generic.DECLARED - {"ws1.gemm"}) | {"ws1_sm90.gemm", "ws1_sm90.wgrad"}
 OPS: dict[str, OpEntry] = {
-    "det_gemm": OpEntry(det_gemm, DET_GEMM, _DECLARED, frozenset({generic.DET_GEMM})),
-    "lm_head": OpEntry(lm_head, LM_HEAD, _DECLARED, frozenset({generic.LM_HEAD})),
+    "det_gemm": OpEntry(det_gemm, DET_GEMM, _DECLARED, frozenset({generic.DET_GEMM, WGRAD_KERNEL})),
+    "lm_head": OpEntry(lm_head, LM_HEAD, _DECLARED, frozenset({generic.LM_HEAD, WGRAD_KERNEL})),
 }

@@ -25,7 +25,7 @@ import torch
 from ..backend import OpEntry
 from ..context import LayoutContext
 from ..cuda import logprob as generic
-from .linear import _check_align
+from .linear import WGRAD_KERNEL, _check_align, hopper_wgrad
 
 #: the fused forward's M buckets (upper bounds, inclusive) of csrc/sm90/ws1_sm90.h (kFusedSmallM, kFusedMidM):
 #: 64x128 ping-pong, 128x128, 128x256 above; the GPU tests read the extension's own and check both sides of each
@@ -54,6 +54,7 @@ HOPPER_LINEAR = generic.LinearLogpForward(
     LINEAR_KERNEL,
     fused=lambda x, weight, targets: torch.ops.ws1_sm90.linear_logp_fwd(x, weight, targets),
     dx=_dx,
+    wgrad=hopper_wgrad,
 )
 
 
@@ -89,9 +90,12 @@ _DECLARED = frozenset(
 _LINEAR_DECLARED = (generic._LINEAR_DECLARED - {"ws1.gemm_f32_out", "ws1.logp_fwd_f32", "ws1.gemm"}) | {
     "ws1_sm90.linear_logp_fwd",
     "ws1_sm90.gemm_f32",
+    "ws1_sm90.wgrad",
     "aten.add",
 }
 OPS: dict[str, OpEntry] = {
     "logp": OpEntry(logp, KERNEL, _DECLARED),
-    "linear_logp": OpEntry(linear_logp, LINEAR_KERNEL, _LINEAR_DECLARED, frozenset({generic.LINEAR_KERNEL})),
+    "linear_logp": OpEntry(
+        linear_logp, LINEAR_KERNEL, _LINEAR_DECLARED, frozenset({generic.LINEAR_KERNEL, WGRAD_KERNEL})
+    ),
 }

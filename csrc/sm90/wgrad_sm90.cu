@@ -1,0 +1,224 @@
+// The weight gradient on Hopper under sample_blocks_main_grad (profile cuda_bf16_sm90; docs/cuda_sm90.md, "The
+// weight gradient on wgmma: the plan"): main_grad[n, k] += sum over the call's blocks b, in table order, of
+// dY_b^T X_b, where block b is 16 rows of one sample aligned to its first position (row_tables.block_table; empty
+// slots are zero rows), and the accumulator chain of every element starts from main_grad's value.
+//
+// 1. ws1_sm90_wgrad_gather writes the blocks, in table order, into two row-major buffers: dY's rows into
+//    [R, N] and X's into [R, K], 16 rows a block, zeros in empty slots and past the last block (R is padded to the
+//    64-row stage). With dy_lo (linear_logp's dlogits split as hi + lo), each block is 32 rows: hi's 16, then lo's
+//    16, and X's block twice, so each half is one k-step of its own.
+// 2. ws1_sm90_wgrad_wgmma: one CTA, one warpgroup, per 128 x 128 tile of main_grad. It loads its tile of main_grad
+//    into the wgmma accumulators, then walks R in 64-row stages from row 0 upward (TMA into a 4-stage ring, one
+//    mbarrier pair per stage), 4 wgmma k-steps of 16 rows a stage, every one accumulating (ScaleOut::One): one
+//    k-step is one block, so the chain per element is the rule's, block by block in table order. Then it stores
+//    the tile back: one writer per element, no atomics.
+//
+// Why the accumulator is loaded rather than added in an epilogue: a micro-batch split must give the bits of one
+// call, and (main_grad + S1) + S2, each S summed from zero, is not main_grad + b1 + b2 + ... chained block by block.
+// Why zero blocks change nothing: a k-step of zero rows adds exact zeros (an accumulator at -0.0 would become +0.0;
+// a +0-initialised main_grad never holds -0.0 from sums of products).
+//
+// Both operands are MN-major (dY's N, and X's K, contiguous along a row), which wgmma reads for 16-bit types.
+// main_grad's dims must be multiples of the tile (128): the caller keeps the generic kernel for other weights, a
+// choice made by the weight's shape alone, never by the batch.
+#include <climits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/device_kernel.h"
+#include "ws1_sm90.h"
+
+namespace ws1::sm90 {
+namespace wgrad_detail {
+
+using namespace cute;
+using Element = cutlass::bfloat16_t;
+
+constexpr int kBlockRows = 16;  // WGRAD_BLOCK: one wgmma k-step
+constexpr int kTileM = static_cast<int>(kWgradTile);  // main_grad rows (the weight's N) per CTA
+constexpr int kTileN = static_cast<int>(kWgradTile);  // main_grad columns (the weight's K) per CTA
+constexpr int kStageRows = static_cast<int>(kWgradStageRows);  // R rows per stage: 4 k-steps
+constexpr int kStages = 4;
+constexpr int kThreads = 128;  // one warpgroup
+constexpr int kGatherThreads = 256;
+
+using SmemA = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
+                                     make_shape(Int<kTileM>{}, Int<kStageRows>{}, Int<kStages>{})));
+using SmemB = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
+                                     make_shape(Int<kTileN>{}, Int<kStageRows>{}, Int<kStages>{})));
+using Mma = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::MN, GMMA::Major::MN>{}));
+
+struct SharedStorage {
+  alignas(128) ArrayEngine<Element, cosize_v<SmemA>> a;
+  alignas(128) ArrayEngine<Element, cosize_v<SmemB>> b;
+  alignas(8) uint64_t full[kStages];   // the stage's TMA bytes landed
+  alignas(8) uint64_t empty[kStages];  // every thread's MMAs on the stage are done
+};
+
+using Full = cutlass::arch::ClusterTransactionBarrier;
+using Empty = cutlass::arch::ClusterBarrier;
+
+// dst row r <- the table's source row for r (first's row, or second's for the lo half), or zeros
+__global__ void __launch_bounds__(kGatherThreads)
+    ws1_sm90_wgrad_gather(const bf16* __restrict__ first, const bf16* __restrict__ second,
+                          const int32_t* __restrict__ table, int64_t rows_used, int halves, int64_t width,
+                          bf16* __restrict__ dst) {
+  const int64_t r = blockIdx.x;
+  const bf16* src = first;
+  int64_t row = -1;
+  if (r < rows_used) {
+    const int64_t per_block = static_cast<int64_t>(kBlockRows) * halves;
+    const int64_t b = r / per_block;
+    const int64_t within = r % per_block;
+    row = table[b * kBlockRows + within % kBlockRows];
+    if (within >= kBlockRows) src = second;
+  }
+  uint4* out = reinterpret_cast<uint4*>(dst + r * width);
+  const int64_t vecs = width / 8;
+  if (row < 0) {
+    for (int64_t i = threadIdx.x; i < vecs; i += kGatherThreads) out[i] = make_uint4(0, 0, 0, 0);
+    return;
+  }
+  const uint4* in = reinterpret_cast<const uint4*>(src + row * width);
+  for (int64_t i = threadIdx.x; i < vecs; i += kGatherThreads) out[i] = in[i];
+}
+
+template <class TmaA, class TmaB>
+__global__ void __launch_bounds__(kThreads, 1)
+    ws1_sm90_wgrad_wgmma(CUTLASS_GRID_CONSTANT TmaA const tma_a, CUTLASS_GRID_CONSTANT TmaB const tma_b,
+                         float* __restrict__ main_grad, int n, int k, int r) {
+  extern __shared__ __align__(128) char smem_raw[];
+  auto& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  Tensor sA = make_tensor(make_smem_ptr(smem.a.begin()), SmemA{});  // (tile rows of main_grad, stage rows, stage)
+  Tensor sB = make_tensor(make_smem_ptr(smem.b.begin()), SmemB{});  // (tile columns, stage rows, stage)
+
+  // dY^T as (N, R) and X^T as (K, R), both MN-major, cut into this CTA's 128-row slab and 64-row stages
+  Tensor gA = local_tile(tma_a.get_tma_tensor(make_shape(n, r)), make_shape(Int<kTileM>{}, Int<kStageRows>{}),
+                         make_coord(static_cast<int>(blockIdx.x), _));
+  Tensor gB = local_tile(tma_b.get_tma_tensor(make_shape(k, r)), make_shape(Int<kTileN>{}, Int<kStageRows>{}),
+                         make_coord(static_cast<int>(blockIdx.y), _));
+  auto tA = tma_partition(tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
+  auto tB = tma_partition(tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
+  auto tAgA = get<0>(tA);  // (TMA, stage index) in global memory
+  auto tAsA = get<1>(tA);  // (TMA, slot) in shared memory
+  auto tBgB = get<0>(tB);
+  auto tBsB = get<1>(tB);
+  constexpr uint32_t kStageBytes = (kTileM + kTileN) * kStageRows * sizeof(Element);
+
+  const int n_stages = r / kStageRows;
+  const bool leader = threadIdx.x == 0;
+  auto load = [&](int stage_index, int slot) {
+    Full::arrive_and_expect_tx(&smem.full[slot], kStageBytes);
+    copy(tma_a.with(smem.full[slot]), tAgA(_, stage_index), tAsA(_, slot));
+    copy(tma_b.with(smem.full[slot]), tBgB(_, stage_index), tBsB(_, slot));
+  };
+  if (leader) {
+    for (int s = 0; s < kStages; ++s) {
+      Full::init(&smem.full[s], 1);
+      Empty::init(&smem.empty[s], kThreads);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+  if (leader) {
+    for (int s = 0; s < kStages && s < n_stages; ++s) load(s, s);
+  }
+  __syncwarp();  // warp 0 whole again before its first wgmma (warpgroup-wide, .aligned)
+
+  // the accumulators start as this tile of main_grad: the carried chain
+  Mma mma;
+  ThrMMA thr = mma.get_thread_slice(threadIdx.x);
+  Tensor mC = make_tensor(make_gmem_ptr(main_grad), make_shape(n, k), make_stride(k, Int<1>{}));
+  Tensor tCgC = thr.partition_C(local_tile(mC, make_shape(Int<kTileM>{}, Int<kTileN>{}),
+                                           make_coord(static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y))));
+  Tensor acc = thr.make_fragment_C(tCgC);
+  copy(tCgC, acc);
+  Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));
+  Tensor tCrB = thr.make_fragment_B(thr.partition_B(sB));
+  mma.accumulate_ = GMMA::ScaleOut::One;  // never Zero: the first k-step adds to main_grad's value
+
+  for (int t = 0; t < n_stages; ++t) {
+    const int slot = t % kStages;
+    Full::wait(&smem.full[slot], (t / kStages) & 1);
+    warpgroup_fence_operand(acc);
+    warpgroup_arrive();
+    gemm(mma, tCrA(_, _, _, slot), tCrB(_, _, _, slot), acc);  // 4 k-steps, ascending
+    warpgroup_commit_batch();
+    warpgroup_wait<1>();  // the previous stage's MMAs are done (this one's may still run)
+    warpgroup_fence_operand(acc);
+    if (t > 0) {
+      const int prev = t - 1, prev_slot = prev % kStages;
+      Empty::arrive(&smem.empty[prev_slot]);
+      if (leader && prev + kStages < n_stages) {
+        Empty::wait(&smem.empty[prev_slot], (prev / kStages) & 1);
+        load(prev + kStages, prev_slot);
+      }
+      __syncwarp();
+    }
+  }
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(acc);
+  copy(acc, tCgC);
+}
+
+// The TMA atom over a gathered buffer seen as (mn, r), mn contiguous: `mn` the weight's N (for dY) or K (for X)
+template <class Smem, int kTileRows>
+auto gathered_tma(const bf16* buffer, int mn, int r) {
+  Tensor g = make_tensor(make_gmem_ptr(reinterpret_cast<const Element*>(buffer)), make_shape(mn, r),
+                         make_stride(Int<1>{}, mn));
+  return make_tma_atom(SM90_TMA_LOAD{}, g, Smem{}(_, _, 0), make_shape(Int<kTileRows>{}, Int<kStageRows>{}));
+}
+using TmaA = decltype(gathered_tma<SmemA, kTileM>(nullptr, 0, 0));
+using TmaB = decltype(gathered_tma<SmemB, kTileN>(nullptr, 0, 0));
+
+}  // namespace wgrad_detail
+
+int64_t wgrad_rows(int64_t n_blocks, bool split) {
+  const int64_t used = n_blocks * wgrad_detail::kBlockRows * (split ? 2 : 1);
+  return (used + kWgradStageRows - 1) / kWgradStageRows * kWgradStageRows;
+}
+
+cudaError_t wgrad_blocks(const bf16* dy, const bf16* dy_lo, const bf16* x, const int32_t* table, int64_t n_blocks,
+                         float* main_grad, bf16* gathered_dy, bf16* gathered_x, int64_t n, int64_t k, int device,
+                         cudaStream_t stream) {
+  using namespace wgrad_detail;
+  if (n_blocks <= 0) return cudaSuccess;
+  // make_tma_atom encodes its descriptors through the driver API, which needs the thread's context current: a
+  // thread whose first CUDA work this is (autograd's backward worker) has none (gemm_sm90.cuh, bind_context)
+  if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return e;
+  if (n % kTileM || k % kTileN || n > INT_MAX || k > INT_MAX) return cudaErrorInvalidValue;
+  const bool split = dy_lo != nullptr;
+  const int64_t r = wgrad_rows(n_blocks, split);
+  if (r > INT_MAX) return cudaErrorInvalidValue;
+  const int64_t used = n_blocks * kBlockRows * (split ? 2 : 1);
+  const auto grid_rows = static_cast<unsigned>(r);
+  ws1_sm90_wgrad_gather<<<grid_rows, kGatherThreads, 0, stream>>>(dy, split ? dy_lo : dy, table, used,
+                                                                  split ? 2 : 1, n, gathered_dy);
+  ws1_sm90_wgrad_gather<<<grid_rows, kGatherThreads, 0, stream>>>(x, x, table, used, split ? 2 : 1, k,
+                                                                  gathered_x);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+
+  const int ni = static_cast<int>(n), ki = static_cast<int>(k), ri = static_cast<int>(r);
+  // (N, R) and (K, R) views of the row-major [R, N] and [R, K] buffers: the first mode contiguous
+  const TmaA tma_a = gathered_tma<SmemA, kTileM>(gathered_dy, ni, ri);
+  const TmaB tma_b = gathered_tma<SmemB, kTileN>(gathered_x, ki, ri);
+  auto* kernel = &ws1_sm90_wgrad_wgmma<TmaA, TmaB>;
+  constexpr int kSmem = static_cast<int>(sizeof(SharedStorage));
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      e != cudaSuccess)
+    return e;
+  const dim3 grid(static_cast<unsigned>(n / kTileM), static_cast<unsigned>(k / kTileN));
+  kernel<<<grid, kThreads, kSmem, stream>>>(tma_a, tma_b, main_grad, ni, ki, ri);
+  return cudaGetLastError();
+}
+
+int wgrad_infos(KernelInfo* out, int cap) {
+  using namespace wgrad_detail;
+  const void* fns[] = {reinterpret_cast<const void*>(&ws1_sm90_wgrad_wgmma<TmaA, TmaB>),
+                       reinterpret_cast<const void*>(ws1_sm90_wgrad_gather)};
+  const char* names[] = {"ws1_sm90_wgrad_wgmma_128x128x64", "ws1_sm90_wgrad_gather"};
+  return fill_kernel_infos(out, cap, fns, names, 2);
+}
+
+}  // namespace ws1::sm90
