@@ -3,7 +3,9 @@
 vector is partial), at the full vocabulary and at odd widths; then linear_logp's fused forward (the GEMM with the
 log-sum-exp epilogue, and the fold of its partials) in each M bucket's tile (1 and 7 rows: 64 x 128; 70 and 130:
 128 x 128, both sides of its 128 rows; 1100: 128 x 256), with vocabularies whose last 128-wide block is partial, or
-(V = 120 in the 256-wide tile) whose tile's second block lies wholly past V.
+(V = 120 in the 256-wide tile) whose tile's second block lies wholly past V; then the weight gradient
+(`ws1_sm90.wgrad`: its gather and its wgmma kernel) over tables with empty slots, with and without the hi + lo
+split.
 
 `ci/sanitize_cuda.py` drives the candidates on the bench's inputs, which are fresh (aligned) allocations of the
 tiny widths: the scalar path and the partial last vector would never run under the sanitizer. This driver makes
@@ -50,6 +52,27 @@ def _fused(rows: int, vocab: int, hidden: int) -> str:
     return "fused forward ok"
 
 
+def _wgrad(n: int, k: int, lengths: tuple[int, ...], split: bool) -> str:
+    """The Hopper weight gradient (wip: ws1_sm90.wgrad) over the blocks of samples of `lengths` (empty slots, a
+    partial last stage), with dy split as hi + lo or not."""
+    from ws1_kernels import LayoutContext
+    from ws1_kernels.row_tables import block_table
+
+    ids = torch.cat([torch.full((m,), s, dtype=torch.int64) for s, m in enumerate(lengths)])
+    pos = torch.cat([torch.arange(m, dtype=torch.int64) for m in lengths])
+    rows = int(ids.shape[0])
+    dy = torch.randn(rows, n, device="cuda").to(torch.bfloat16)
+    x = torch.randn(rows, k, device="cuda").to(torch.bfloat16)
+    lo = (dy.float() * 2.0**-9).to(torch.bfloat16) if split else None
+    table = block_table(LayoutContext(ids, pos), rows, dy.device)
+    mg = torch.zeros(n, k, device="cuda")
+    torch.ops.ws1_sm90.wgrad(dy, x, table.rows, table.n_blocks, mg, lo)
+    torch.cuda.synchronize()
+    if not bool(torch.isfinite(mg).all()):
+        raise RuntimeError("a non-finite weight gradient")
+    return "weight gradient ok"
+
+
 def main() -> int:
     from ws1_kernels import cuda_sm90
 
@@ -73,6 +96,14 @@ def main() -> int:
             (1100, 1000, 64),
             (1100, 120, 64),
             (3, 151936, 64),
+        )
+    ]
+    cases += [
+        (f"wgrad N={n} K={k} samples={ls} split={sp}", lambda n=n, k=k, ls=ls, sp=sp: _wgrad(n, k, ls, sp), 3)
+        for n, k, ls, sp in (
+            (128, 128, (5,), False),
+            (256, 384, (5, 17, 33), True),
+            (128, 256, (70, 1), False),
         )
     ]
     calls = 0
