@@ -37,23 +37,42 @@ using Element = cutlass::bfloat16_t;
 
 constexpr int kBlockRows = 16;  // WGRAD_BLOCK: one wgmma k-step
 constexpr int kTileM = static_cast<int>(kWgradTile);  // main_grad rows (the weight's N) per CTA
-constexpr int kTileN = static_cast<int>(kWgradTile);  // main_grad columns (the weight's K) per CTA
 constexpr int kStageRows = static_cast<int>(kWgradStageRows);  // R rows per stage: 4 k-steps
 constexpr int kStages = 4;
-constexpr int kThreads = 128;  // one warpgroup
 constexpr int kGatherThreads = 256;
 
-using SmemA = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
-                                     make_shape(Int<kTileM>{}, Int<kStageRows>{}, Int<kStages>{})));
-using SmemB = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
-                                     make_shape(Int<kTileN>{}, Int<kStageRows>{}, Int<kStages>{})));
-using Mma = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::MN, GMMA::Major::MN>{}));
+template <int kRows>
+using SmemOf = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
+                                      make_shape(Int<kRows>{}, Int<kStageRows>{}, Int<kStages>{})));
 
-struct SharedStorage {
-  alignas(128) ArrayEngine<Element, cosize_v<SmemA>> a;
-  alignas(128) ArrayEngine<Element, cosize_v<SmemB>> b;
-  alignas(8) uint64_t full[kStages];   // the stage's TMA bytes landed
-  alignas(8) uint64_t empty[kStages];  // every thread's MMAs on the stage are done
+// The TMA atom over a gathered buffer seen as (mn, r), mn contiguous: `mn` the weight's N (for dY) or K (for X)
+template <int kTileRows>
+auto gathered_tma(const bf16* buffer, int mn, int r) {
+  Tensor g = make_tensor(make_gmem_ptr(reinterpret_cast<const Element*>(buffer)), make_shape(mn, r),
+                         make_stride(Int<1>{}, mn));
+  return make_tma_atom(SM90_TMA_LOAD{}, g, SmemOf<kTileRows>{}(_, _, 0),
+                       make_shape(Int<kTileRows>{}, Int<kStageRows>{}));
+}
+
+// One CTA's shape: kConsumers warpgroups side by side along main_grad's columns, each a 128 x 128 slab with the same
+// wgmma atom (m64n128k16, 2 of them down the rows), so every element's chain is the same whatever kConsumers: the
+// wider CTA only reads A once for both slabs (about 85 flop a byte from L2 against 64).
+template <int kConsumers>
+struct Cfg {
+  static constexpr int kTileN = kTileM * kConsumers;  // main_grad columns (the weight's K) per CTA
+  static constexpr int kThreads = 128 * kConsumers;
+  using SmemA = SmemOf<kTileM>;
+  using SmemB = SmemOf<kTileN>;
+  using Mma = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::MN, GMMA::Major::MN>{},
+                                      Layout<Shape<_1, Int<kConsumers>, _1>>{}));
+  using TmaA = decltype(gathered_tma<kTileM>(nullptr, 0, 0));
+  using TmaB = decltype(gathered_tma<kTileN>(nullptr, 0, 0));
+  struct SharedStorage {
+    alignas(128) ArrayEngine<Element, cosize_v<SmemA>> a;
+    alignas(128) ArrayEngine<Element, cosize_v<SmemB>> b;
+    alignas(8) uint64_t full[kStages];   // the stage's TMA bytes landed
+    alignas(8) uint64_t empty[kStages];  // every thread's MMAs on the stage are done
+  };
 };
 
 using Full = cutlass::arch::ClusterTransactionBarrier;
@@ -84,14 +103,19 @@ __global__ void __launch_bounds__(kGatherThreads)
   for (int64_t i = threadIdx.x; i < vecs; i += kGatherThreads) out[i] = in[i];
 }
 
-template <class TmaA, class TmaB>
-__global__ void __launch_bounds__(kThreads, 1)
-    ws1_sm90_wgrad_wgmma(CUTLASS_GRID_CONSTANT TmaA const tma_a, CUTLASS_GRID_CONSTANT TmaB const tma_b,
+template <int kConsumers>
+__global__ void __launch_bounds__(Cfg<kConsumers>::kThreads, 1)
+    ws1_sm90_wgrad_wgmma(CUTLASS_GRID_CONSTANT typename Cfg<kConsumers>::TmaA const tma_a,
+                         CUTLASS_GRID_CONSTANT typename Cfg<kConsumers>::TmaB const tma_b,
                          float* __restrict__ main_grad, int n, int k, int r) {
+  using C = Cfg<kConsumers>;
+  constexpr int kTileN = C::kTileN;
+  constexpr int kThreads = C::kThreads;
   extern __shared__ __align__(128) char smem_raw[];
-  auto& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
-  Tensor sA = make_tensor(make_smem_ptr(smem.a.begin()), SmemA{});  // (tile rows of main_grad, stage rows, stage)
-  Tensor sB = make_tensor(make_smem_ptr(smem.b.begin()), SmemB{});  // (tile columns, stage rows, stage)
+  auto& smem = *reinterpret_cast<typename C::SharedStorage*>(smem_raw);
+  // (tile rows of main_grad, stage rows, stage) and (tile columns, stage rows, stage)
+  Tensor sA = make_tensor(make_smem_ptr(smem.a.begin()), typename C::SmemA{});
+  Tensor sB = make_tensor(make_smem_ptr(smem.b.begin()), typename C::SmemB{});
 
   // dY^T as (N, R) and X^T as (K, R), both MN-major, cut into this CTA's 128-row slab and 64-row stages
   Tensor gA = local_tile(tma_a.get_tma_tensor(make_shape(n, r)), make_shape(Int<kTileM>{}, Int<kStageRows>{}),
@@ -127,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncwarp();  // warp 0 whole again before its first wgmma (warpgroup-wide, .aligned)
 
   // the accumulators start as this tile of main_grad: the carried chain
-  Mma mma;
+  typename C::Mma mma;
   ThrMMA thr = mma.get_thread_slice(threadIdx.x);
   Tensor mC = make_tensor(make_gmem_ptr(main_grad), make_shape(n, k), make_stride(k, Int<1>{}));
   Tensor tCgC = thr.partition_C(local_tile(mC, make_shape(Int<kTileM>{}, Int<kTileN>{}),
@@ -162,15 +186,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   copy(acc, tCgC);
 }
 
-// The TMA atom over a gathered buffer seen as (mn, r), mn contiguous: `mn` the weight's N (for dY) or K (for X)
-template <class Smem, int kTileRows>
-auto gathered_tma(const bf16* buffer, int mn, int r) {
-  Tensor g = make_tensor(make_gmem_ptr(reinterpret_cast<const Element*>(buffer)), make_shape(mn, r),
-                         make_stride(Int<1>{}, mn));
-  return make_tma_atom(SM90_TMA_LOAD{}, g, Smem{}(_, _, 0), make_shape(Int<kTileRows>{}, Int<kStageRows>{}));
+template <int kConsumers>
+cudaError_t launch_wgmma(const bf16* gathered_dy, const bf16* gathered_x, float* main_grad, int n, int k, int r,
+                         cudaStream_t stream) {
+  using C = Cfg<kConsumers>;
+  if (k % C::kTileN) return cudaErrorInvalidValue;
+  // (N, R) and (K, R) views of the row-major [R, N] and [R, K] buffers: the first mode contiguous
+  const typename C::TmaA tma_a = gathered_tma<kTileM>(gathered_dy, n, r);
+  const typename C::TmaB tma_b = gathered_tma<C::kTileN>(gathered_x, k, r);
+  auto* kernel = &ws1_sm90_wgrad_wgmma<kConsumers>;
+  constexpr int kSmem = static_cast<int>(sizeof(typename C::SharedStorage));
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      e != cudaSuccess)
+    return e;
+  const dim3 grid(static_cast<unsigned>(n / kTileM), static_cast<unsigned>(k / C::kTileN));
+  kernel<<<grid, C::kThreads, kSmem, stream>>>(tma_a, tma_b, main_grad, n, k, r);
+  return cudaGetLastError();
 }
-using TmaA = decltype(gathered_tma<SmemA, kTileM>(nullptr, 0, 0));
-using TmaB = decltype(gathered_tma<SmemB, kTileN>(nullptr, 0, 0));
 
 }  // namespace wgrad_detail
 
@@ -180,14 +212,15 @@ int64_t wgrad_rows(int64_t n_blocks, bool split) {
 }
 
 cudaError_t wgrad_blocks(const bf16* dy, const bf16* dy_lo, const bf16* x, const int32_t* table, int64_t n_blocks,
-                         float* main_grad, bf16* gathered_dy, bf16* gathered_x, int64_t n, int64_t k, int device,
-                         cudaStream_t stream) {
+                         float* main_grad, bf16* gathered_dy, bf16* gathered_x, int64_t n, int64_t k, int consumers,
+                         int device, cudaStream_t stream) {
   using namespace wgrad_detail;
+  if (consumers != 1 && consumers != 2) return cudaErrorInvalidValue;
   if (n_blocks <= 0) return cudaSuccess;
   // make_tma_atom encodes its descriptors through the driver API, which needs the thread's context current: a
   // thread whose first CUDA work this is (autograd's backward worker) has none (gemm_sm90.cuh, bind_context)
   if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return e;
-  if (n % kTileM || k % kTileN || n > INT_MAX || k > INT_MAX) return cudaErrorInvalidValue;
+  if (n % kTileM || k % (kTileM * consumers) || n > INT_MAX || k > INT_MAX) return cudaErrorInvalidValue;
   const bool split = dy_lo != nullptr;
   const int64_t r = wgrad_rows(n_blocks, split);
   if (r > INT_MAX) return cudaErrorInvalidValue;
@@ -200,25 +233,18 @@ cudaError_t wgrad_blocks(const bf16* dy, const bf16* dy_lo, const bf16* x, const
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
 
   const int ni = static_cast<int>(n), ki = static_cast<int>(k), ri = static_cast<int>(r);
-  // (N, R) and (K, R) views of the row-major [R, N] and [R, K] buffers: the first mode contiguous
-  const TmaA tma_a = gathered_tma<SmemA, kTileM>(gathered_dy, ni, ri);
-  const TmaB tma_b = gathered_tma<SmemB, kTileN>(gathered_x, ki, ri);
-  auto* kernel = &ws1_sm90_wgrad_wgmma<TmaA, TmaB>;
-  constexpr int kSmem = static_cast<int>(sizeof(SharedStorage));
-  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      e != cudaSuccess)
-    return e;
-  const dim3 grid(static_cast<unsigned>(n / kTileM), static_cast<unsigned>(k / kTileN));
-  kernel<<<grid, kThreads, kSmem, stream>>>(tma_a, tma_b, main_grad, ni, ki, ri);
-  return cudaGetLastError();
+  return consumers == 2 ? launch_wgmma<2>(gathered_dy, gathered_x, main_grad, ni, ki, ri, stream)
+                        : launch_wgmma<1>(gathered_dy, gathered_x, main_grad, ni, ki, ri, stream);
 }
 
 int wgrad_infos(KernelInfo* out, int cap) {
   using namespace wgrad_detail;
-  const void* fns[] = {reinterpret_cast<const void*>(&ws1_sm90_wgrad_wgmma<TmaA, TmaB>),
+  const void* fns[] = {reinterpret_cast<const void*>(&ws1_sm90_wgrad_wgmma<1>),
+                       reinterpret_cast<const void*>(&ws1_sm90_wgrad_wgmma<2>),
                        reinterpret_cast<const void*>(ws1_sm90_wgrad_gather)};
-  const char* names[] = {"ws1_sm90_wgrad_wgmma_128x128x64", "ws1_sm90_wgrad_gather"};
-  return fill_kernel_infos(out, cap, fns, names, 2);
+  const char* names[] = {"ws1_sm90_wgrad_wgmma_128x128x64", "ws1_sm90_wgrad_wgmma_128x256x64",
+                         "ws1_sm90_wgrad_gather"};
+  return fill_kernel_infos(out, cap, fns, names, 3);
 }
 
 }  // namespace ws1::sm90

@@ -186,8 +186,9 @@ bool logp_vector_path(const Tensor& logits) {
 // The weight gradient under sample_blocks_main_grad, in place on main_grad (wgrad_sm90.cu): the generic
 // ws1.gemm_wgrad's contract, for weights whose dims are multiples of kWgradTile (the caller keeps the generic kernel
 // for the others, by the weight's shape alone).
+// consumers: the CTA's warpgroups (1: 128 x 128 tiles, 2: 128 x 256); the same bits either way (GPU-tested).
 void wgrad(const Tensor& dy, const Tensor& x, const Tensor& table, int64_t n_blocks, const Tensor& main_grad,
-           const std::optional<Tensor>& dy_lo) {
+           const std::optional<Tensor>& dy_lo, int64_t consumers) {
   check_bf16("sm90.wgrad", "dy", dy);
   check_bf16("sm90.wgrad", "x", x);
   check_address("sm90.wgrad", "dy", dy);
@@ -200,8 +201,10 @@ void wgrad(const Tensor& dy, const Tensor& x, const Tensor& table, int64_t n_blo
   }
   TORCH_CHECK(dy.dim() == 2 && x.dim() == 2 && dy.size(0) == x.size(0), "ws1_sm90.wgrad: dy [T, N], x [T, K]");
   const int64_t n = dy.size(1), k = x.size(1);
-  TORCH_CHECK(n % ws1::sm90::kWgradTile == 0 && k % ws1::sm90::kWgradTile == 0, "ws1_sm90.wgrad: the weight's dims (",
-              n, ", ", k, ") must be multiples of ", ws1::sm90::kWgradTile, " (other weights take ws1.gemm_wgrad)");
+  TORCH_CHECK(consumers == 1 || consumers == 2, "ws1_sm90.wgrad: consumers must be 1 or 2, got ", consumers);
+  TORCH_CHECK(n % ws1::sm90::kWgradTile == 0 && k % (ws1::sm90::kWgradTile * consumers) == 0,
+              "ws1_sm90.wgrad: the weight's dims (", n, ", ", k, ") must be multiples of ", ws1::sm90::kWgradTile,
+              " and ", ws1::sm90::kWgradTile * consumers, " (other weights take ws1.gemm_wgrad)");
   TORCH_CHECK(table.is_cuda() && table.scalar_type() == at::kInt && table.dim() == 2 &&
                   table.size(1) == ws1::kWgradBlock && table.is_contiguous() && 0 <= n_blocks &&
                   n_blocks <= table.size(0),
@@ -217,11 +220,13 @@ void wgrad(const Tensor& dy, const Tensor& x, const Tensor& table, int64_t n_blo
   check_launch("sm90.wgrad",
                ws1::sm90::wgrad_blocks(bf(dy), dy_lo.has_value() ? bf(*dy_lo) : nullptr, bf(x),
                                        table.data_ptr<int32_t>(), n_blocks, main_grad.data_ptr<float>(),
-                                       bf_mut(gathered_dy), bf_mut(gathered_x), n, k, dy.get_device(),
+                                       bf_mut(gathered_dy), bf_mut(gathered_x), n, k, static_cast<int>(consumers),
+                                       dy.get_device(),
                                        at::cuda::getCurrentCUDAStream()));
 }
 
-void wgrad_meta(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&, const std::optional<Tensor>&) {}
+void wgrad_meta(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&, const std::optional<Tensor>&,
+                int64_t) {}
 
 std::vector<ws1::binding::AttributeRow> kernel_attributes() {
   ws1::KernelInfo infos[24];
@@ -241,7 +246,9 @@ TORCH_LIBRARY(ws1_sm90, m) {
   m.def("logp_bwd(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> Tensor");
   m.def("gemm_f32(Tensor a, Tensor b, bool b_trans) -> Tensor");
   m.def("linear_logp_fwd(Tensor x, Tensor w, Tensor targets) -> (Tensor, Tensor)");
-  m.def("wgrad(Tensor dy, Tensor x, Tensor table, int n_blocks, Tensor(a!) main_grad, Tensor? dy_lo=None) -> ()");
+  m.def(
+      "wgrad(Tensor dy, Tensor x, Tensor table, int n_blocks, Tensor(a!) main_grad, Tensor? dy_lo=None, "
+      "int consumers=1) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) {

@@ -137,6 +137,22 @@ def test_it_agrees_with_the_generic_kernel() -> None:
     assert ((hopper - generic).abs() <= 1e-4 * generic.abs().max()).all()
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_one_and_two_consumer_warpgroups_give_the_same_bits(split: bool) -> None:
+    """The 128 x 256 CTA (two warpgroups) runs each element's chain on the same atom as the 128 x 128 one, so the
+    bits are the same; the control: another starting main_grad gives other bits."""
+    ctx = _ctx(LENGTHS)
+    dy, x, start = _data(256, 512, sum(LENGTHS), seed=19)
+    lo = (dy.float() * 2.0**-9).to(torch.bfloat16) if split else None
+    one, two = start.clone(), start.clone()
+    _run(dy, x, ctx, one, lo, consumers=1)
+    _run(dy, x, ctx, two, lo, consumers=2)
+    assert torch.equal(_bits(one), _bits(two))
+    other = start * 2
+    _run(dy, x, ctx, other, lo, consumers=2)
+    assert not torch.equal(_bits(other), _bits(one))
+
+
 def test_a_weight_off_the_tile_is_refused_by_the_op() -> None:
     ctx = _ctx(LENGTHS)
     dy, x, start = _data(136, 128, sum(LENGTHS))

@@ -31,6 +31,10 @@ ADDRESS_ALIGN = 16
 #: the Hopper weight gradient's kernel id, and the tile its weight's dims must be multiples of (kWgradTile)
 WGRAD_KERNEL = "ws1.cuda_sm90.wgrad.wgmma"
 WGRAD_TILE = 128
+#: its CTA's warpgroups (1: 128 x 128 tiles; 2: 128 x 256, which needs K a multiple of 256): both give the same bits
+#: by construction (the same wgmma atom on every element's chain); 1 until the GPU tests have shown that and the
+#: bench has shown 2 faster
+WGRAD_CONSUMERS = 1
 
 
 def _gemm(a: torch.Tensor, b: torch.Tensor, b_trans: bool) -> torch.Tensor:
@@ -51,13 +55,13 @@ def _wgrad_op(
     mg: torch.Tensor,
     lo: torch.Tensor | None,
 ) -> None:
-    torch.ops.ws1_sm90.wgrad(_aligned(dy), _aligned(x), rows, n_blocks, mg, _aligned(lo))
+    torch.ops.ws1_sm90.wgrad(_aligned(dy), _aligned(x), rows, n_blocks, mg, _aligned(lo), WGRAD_CONSUMERS)
 
 
 def hopper_wgrad(weight: torch.Tensor) -> tuple[str, generic.WgradOp] | None:
     """The Hopper weight gradient for ``weight`` when both its dims are multiples of ``WGRAD_TILE``, else None
     (the generic one runs): by the weight's shape alone, never the batch's."""
-    if weight.shape[0] % WGRAD_TILE or weight.shape[1] % WGRAD_TILE:
+    if weight.shape[0] % WGRAD_TILE or weight.shape[1] % (WGRAD_TILE * WGRAD_CONSUMERS):
         return None
     return WGRAD_KERNEL, _wgrad_op
 
