@@ -10,7 +10,8 @@ warm launch of the op's own kernel:
 
 ops: `linear_logp` (the fused forward: the GEMM with its log-sum-exp epilogue, then the fold of its partials),
 `gemm` (the lm_head GEMM of the M bucket `ws1_sm90.gemm` picks), `gemm_f32` (the fused forward's mainloop and tile
-with a plain fp32 store instead of its epilogue). It needs the Hopper module on the path and an
+with a plain fp32 store instead of its epilogue), `wgrad` (the weight gradient of an [N, K] weight over M rows of
+one sample, `--consumers` warpgroups a CTA, into a main_grad made outside the timing). It needs the Hopper module on the path and an
 sm_90 device; it prints the median time per call from CUDA events (with the profiler attached that figure is the
 profiler's, not the kernel's). Exit 0 after the calls, 2 on a bad argument or a missing module/device.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-OPS = ("linear_logp", "gemm", "gemm_f32")
+OPS = ("linear_logp", "gemm", "gemm_f32", "wgrad")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=151936, help="vocab (the GEMM's N)")
     p.add_argument("--k", type=int, default=4096, help="hidden (the GEMM's K)")
     p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--consumers", type=int, default=1, choices=(1, 2), help="wgrad: warpgroups a CTA")
     a = p.parse_args(argv)
     if min(a.m, a.n, a.k, a.iters) <= 0:
         print(
@@ -48,10 +50,28 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.randn(a.m, a.k, device="cuda", generator=g).to(torch.bfloat16)
     w = (torch.randn(a.n, a.k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
     targets = torch.randint(0, a.n, (a.m,), device="cuda", generator=g)
+    dy = torch.randn(a.m, a.n, device="cuda", generator=g).to(torch.bfloat16) if a.op == "wgrad" else None
+    table = None
+    if a.op == "wgrad":
+        from ws1_kernels import LayoutContext
+        from ws1_kernels.row_tables import block_table
+
+        ctx = LayoutContext(torch.zeros(a.m, dtype=torch.int64), torch.arange(a.m, dtype=torch.int64))
+        table = block_table(ctx, a.m, x.device)
+    main_grad = torch.zeros(a.n, a.k, device="cuda") if a.op == "wgrad" else None
     calls = {
         "linear_logp": lambda: torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets),
         "gemm": lambda: torch.ops.ws1_sm90.gemm(x, w, True),
         "gemm_f32": lambda: torch.ops.ws1_sm90.gemm_f32(x, w, True),
+        "wgrad": lambda: torch.ops.ws1_sm90.wgrad(
+            dy,
+            x,
+            table.rows,
+            table.n_blocks,
+            main_grad,
+            None,
+            a.consumers,  # type: ignore[union-attr]
+        ),
     }
     call = calls[a.op]
     times = []
