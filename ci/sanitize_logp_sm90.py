@@ -99,7 +99,7 @@ def main() -> int:
         )
     ]
     cases += [
-        (f"wgrad N={n} K={k} samples={ls} split={sp}", lambda n=n, k=k, ls=ls, sp=sp: _wgrad(n, k, ls, sp), 3)
+        (f"wgrad N={n} K={k} samples={ls} split={sp}", lambda n=n, k=k, ls=ls, sp=sp: _wgrad(n, k, ls, sp), 1)
         for n, k, ls, sp in (
             (128, 128, (5,), False),
             (256, 384, (5, 17, 33), True),
