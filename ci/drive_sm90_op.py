@@ -11,8 +11,9 @@ warm launch of the op's own kernel:
 ops: `linear_logp` (the fused forward: the GEMM with its log-sum-exp epilogue, then the fold of its partials),
 `gemm` (the lm_head GEMM of the M bucket `ws1_sm90.gemm` picks), `gemm_f32` (the fused forward's mainloop and tile
 with a plain fp32 store instead of its epilogue), `wgrad` (the weight gradient of an [N, K] weight over M rows of
-one sample, `--consumers` warpgroups a CTA, into a main_grad made outside the timing). It needs the Hopper module on the path and an
-sm_90 device; it prints the median time per call from CUDA events (with the profiler attached that figure is the
+one sample, `--consumers` warpgroups a CTA, into a main_grad made outside the timing), `cublas_wgrad` (the peer
+a user would otherwise run for it: `dy.T @ x` through cuBLAS, bf16 out). It needs the Hopper module on the path
+and an sm_90 device; it prints the median time per call from CUDA events (with the profiler attached that figure is the
 profiler's, not the kernel's). Exit 0 after the calls, 2 on a bad argument or a missing module/device.
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-OPS = ("linear_logp", "gemm", "gemm_f32", "wgrad")
+OPS = ("linear_logp", "gemm", "gemm_f32", "wgrad", "cublas_wgrad")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.randn(a.m, a.k, device="cuda", generator=g).to(torch.bfloat16)
     w = (torch.randn(a.n, a.k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
     targets = torch.randint(0, a.n, (a.m,), device="cuda", generator=g)
-    dy = torch.randn(a.m, a.n, device="cuda", generator=g).to(torch.bfloat16) if a.op == "wgrad" else None
+    dy = torch.randn(a.m, a.n, device="cuda", generator=g).to(torch.bfloat16) if "wgrad" in a.op else None
     table = None
     if a.op == "wgrad":
         from ws1_kernels import LayoutContext
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             None,
             a.consumers,  # type: ignore[union-attr]
         ),
+        "cublas_wgrad": lambda: torch.mm(dy.t(), x),  # type: ignore[union-attr]
     }
     call = calls[a.op]
     times = []

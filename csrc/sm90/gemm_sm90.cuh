@@ -93,6 +93,24 @@ cudaError_t run_gemm(typename Gemm::Arguments const& args, int device, cudaStrea
   return cudaGetLastError();
 }
 
+// Launch one CUTLASS GEMM on packed operands: a is [m, k] and b is [n, k] in the kernel's own stride types, with
+// the epilogue's arguments as given. The plain GEMM (run, below) and linear_logp's fused forward share it, so
+// their mainloops are fed the same way.
+template <class Gemm>
+cudaError_t run_packed(const bf16* a, const bf16* b, typename Gemm::GemmKernel::EpilogueArguments const& epi, int m,
+                       int n, int k, int device, int sm_count, cudaStream_t stream) {
+  using K = typename Gemm::GemmKernel;
+  auto sa = cutlass::make_cute_packed_stride(typename K::StrideA{}, make_shape(m, k, 1));
+  auto sb = cutlass::make_cute_packed_stride(typename K::StrideB{}, make_shape(n, k, 1));
+  cutlass::KernelHardwareInfo hw{device, sm_count};
+  typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                                {m, n, k, 1},
+                                {reinterpret_cast<const Element*>(a), sa, reinterpret_cast<const Element*>(b), sb},
+                                epi,
+                                hw};
+  return run_gemm<Gemm>(args, device, stream);
+}
+
 template <class Cfg, class OutT = bf16>
 cudaError_t run(const bf16* a, const bf16* b, OutT* c, int m, int n, int k, int device, int sm_count,
                 cudaStream_t stream) {
@@ -100,17 +118,10 @@ cudaError_t run(const bf16* a, const bf16* b, OutT* c, int m, int n, int k, int 
   static_assert(sizeof(ElementD) == sizeof(OutT), "the output pointer's type is not the kernel's");
   using Gemm = typename Cfg::Gemm;
   using K = typename Gemm::GemmKernel;
-  auto sa = cutlass::make_cute_packed_stride(typename K::StrideA{}, make_shape(m, k, 1));
-  auto sb = cutlass::make_cute_packed_stride(typename K::StrideB{}, make_shape(n, k, 1));
   auto sc = cutlass::make_cute_packed_stride(typename K::StrideC{}, make_shape(m, n, 1));
   auto sd = cutlass::make_cute_packed_stride(typename K::StrideD{}, make_shape(m, n, 1));
-  cutlass::KernelHardwareInfo hw{device, sm_count};
-  typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                                {m, n, k, 1},
-                                {reinterpret_cast<const Element*>(a), sa, reinterpret_cast<const Element*>(b), sb},
-                                {{1.0f, 0.0f}, nullptr, sc, reinterpret_cast<ElementD*>(c), sd},
-                                hw};
-  return run_gemm<Gemm>(args, device, stream);
+  return run_packed<Gemm>(a, b, {{1.0f, 0.0f}, nullptr, sc, reinterpret_cast<ElementD*>(c), sd}, m, n, k, device,
+                          sm_count, stream);
 }
 
 template <class Cfg>

@@ -77,21 +77,23 @@ def kernel_attributes() -> list[dict[str, object]]:
     return cuda.attribute_dicts(extension())
 
 
-def gemm_bucket(m: int) -> int:
-    """The Hopper GEMM's M bucket for ``m`` rows, as the extension computes it (0 small, 1 mid, 2 large)."""
+def _loaded() -> ModuleType:
+    """The built Hopper extension, or a RuntimeError with the reason it is missing."""
     ext = extension()
     if ext is None:
         raise RuntimeError(missing_reason())
-    return int(ext.gemm_bucket(m))
+    return ext
+
+
+def gemm_bucket(m: int) -> int:
+    """The Hopper GEMM's M bucket for ``m`` rows, as the extension computes it (0 small, 1 mid, 2 large)."""
+    return int(_loaded().gemm_bucket(m))
 
 
 def linear_logp_bucket(m: int) -> int:
     """linear_logp's fused forward's M bucket for ``m`` rows, as the extension computes it (0 small, 1 mid, 2
     large): its own table (``logprob.FUSED_BUCKETS``), since every tile gives the same bits and only speed picks."""
-    ext = extension()
-    if ext is None:
-        raise RuntimeError(missing_reason())
-    return int(ext.linear_logp_bucket(m))
+    return int(_loaded().linear_logp_bucket(m))
 
 
 def _load() -> tuple[Mapping[str, OpEntry], str | None]:
