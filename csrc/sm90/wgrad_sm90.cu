@@ -7,9 +7,9 @@
 //    [R, N] and X's into [R, K], 16 rows a block, zeros in empty slots and past the last block (R is padded to the
 //    64-row stage). With dy_lo (linear_logp's dlogits split as hi + lo), each block is 32 rows: hi's 16, then lo's
 //    16, and X's block twice, so each half is one k-step of its own.
-// 2. ws1_sm90_wgrad_wgmma: one CTA, one warpgroup, per 128 x 128 tile of main_grad. It loads its tile of main_grad
-//    into the wgmma accumulators, then walks R in 64-row stages from row 0 upward (TMA into a 4-stage ring, one
-//    mbarrier pair per stage), 4 wgmma k-steps of 16 rows a stage, every one accumulating (ScaleOut::One): one
+// 2. ws1_sm90_wgrad_wgmma: one CTA per 128 x 128 tile of main_grad (one consumer warpgroup) or 128 x 256 (two),
+//    and a producer warp. The consumers load their tile of main_grad into the wgmma accumulators, then walk R in
+//    64-row stages from row 0 upward (the producer's TMA into a 4-stage ring, one mbarrier pair per stage), 4 wgmma k-steps of 16 rows a stage, every one accumulating (ScaleOut::One): one
 //    k-step is one block, so the chain per element is the rule's, block by block in table order. Then it stores
 //    the tile back: one writer per element, no atomics.
 //
@@ -60,7 +60,8 @@ auto gathered_tma(const bf16* buffer, int mn, int r) {
 template <int kConsumers>
 struct Cfg {
   static constexpr int kTileN = kTileM * kConsumers;  // main_grad columns (the weight's K) per CTA
-  static constexpr int kThreads = 128 * kConsumers;
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kThreads = kConsumerThreads + 32;  // and one producer warp, the last
   using SmemA = SmemOf<kTileM>;
   using SmemB = SmemOf<kTileN>;
   using Mma = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::MN, GMMA::Major::MN>{},
@@ -110,7 +111,6 @@ __global__ void __launch_bounds__(Cfg<kConsumers>::kThreads, 1)
                          float* __restrict__ main_grad, int n, int k, int r) {
   using C = Cfg<kConsumers>;
   constexpr int kTileN = C::kTileN;
-  constexpr int kThreads = C::kThreads;
   extern __shared__ __align__(128) char smem_raw[];
   auto& smem = *reinterpret_cast<typename C::SharedStorage*>(smem_raw);
   // (tile rows of main_grad, stage rows, stage) and (tile columns, stage rows, stage)
@@ -131,24 +131,30 @@ __global__ void __launch_bounds__(Cfg<kConsumers>::kThreads, 1)
   constexpr uint32_t kStageBytes = (kTileM + kTileN) * kStageRows * sizeof(Element);
 
   const int n_stages = r / kStageRows;
-  const bool leader = threadIdx.x == 0;
-  auto load = [&](int stage_index, int slot) {
-    Full::arrive_and_expect_tx(&smem.full[slot], kStageBytes);
-    copy(tma_a.with(smem.full[slot]), tAgA(_, stage_index), tAsA(_, slot));
-    copy(tma_b.with(smem.full[slot]), tBgB(_, stage_index), tBsB(_, slot));
-  };
-  if (leader) {
+  constexpr int kConsumerThreads = C::kConsumerThreads;
+  if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       Full::init(&smem.full[s], 1);
-      Empty::init(&smem.empty[s], kThreads);
+      Empty::init(&smem.empty[s], kConsumerThreads);
     }
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
-  if (leader) {
-    for (int s = 0; s < kStages && s < n_stages; ++s) load(s, s);
+
+  // The producer warp: one lane walks the stages, each into the ring's next slot once the consumers have released
+  // it, so the loads run kStages - 1 stages ahead of the MMAs whatever the consumers are doing.
+  if (threadIdx.x >= kConsumerThreads) {
+    if (threadIdx.x == kConsumerThreads) {
+      for (int t = 0; t < n_stages; ++t) {
+        const int slot = t % kStages;
+        if (t >= kStages) Empty::wait(&smem.empty[slot], (t / kStages - 1) & 1);
+        Full::arrive_and_expect_tx(&smem.full[slot], kStageBytes);
+        copy(tma_a.with(smem.full[slot]), tAgA(_, t), tAsA(_, slot));
+        copy(tma_b.with(smem.full[slot]), tBgB(_, t), tBsB(_, slot));
+      }
+    }
+    return;
   }
-  __syncwarp();  // warp 0 whole again before its first wgmma (warpgroup-wide, .aligned)
 
   // the accumulators start as this tile of main_grad: the carried chain
   typename C::Mma mma;
@@ -171,15 +177,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers>::kThreads, 1)
     warpgroup_commit_batch();
     warpgroup_wait<1>();  // the previous stage's MMAs are done (this one's may still run)
     warpgroup_fence_operand(acc);
-    if (t > 0) {
-      const int prev = t - 1, prev_slot = prev % kStages;
-      Empty::arrive(&smem.empty[prev_slot]);
-      if (leader && prev + kStages < n_stages) {
-        Empty::wait(&smem.empty[prev_slot], (prev / kStages) & 1);
-        load(prev + kStages, prev_slot);
-      }
-      __syncwarp();
-    }
+    if (t > 0) Empty::arrive(&smem.empty[(t - 1) % kStages]);
   }
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc);

@@ -172,6 +172,14 @@ def test_the_hopper_weight_gradient_is_picked_by_the_weights_shape(
         assert picked[0] == sm90.WGRAD_KERNEL
 
 
+@pytest.mark.parametrize(("k", "consumers"), [(4096, 2), (12288, 2), (256, 2), (384, 1), (128, 1)])
+def test_the_weight_gradients_warpgroups_follow_k_alone(k: int, consumers: int) -> None:
+    """Two warpgroups (a 128 x 256 tile) where K is a multiple of 256, one otherwise, whatever N: the control is
+    K = 384, a multiple of 128 alone."""
+    for n in (128, 151936):
+        assert sm90.wgrad_consumers(torch.empty(n, k)) == consumers
+
+
 def test_a_gemm_falls_back_to_the_generic_weight_gradient() -> None:
     hopper = sm90._DET_GEMM.wgrad_for(torch.empty(256, 128))
     other = sm90._DET_GEMM.wgrad_for(torch.empty(136, 128))

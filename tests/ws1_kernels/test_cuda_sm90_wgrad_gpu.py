@@ -48,10 +48,15 @@ def _data(n: int, k: int, rows: int, seed: int = 0) -> tuple[torch.Tensor, torch
 
 
 def _run(
-    dy: torch.Tensor, x: torch.Tensor, ctx: LayoutContext, mg: torch.Tensor, lo: torch.Tensor | None = None
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    ctx: LayoutContext,
+    mg: torch.Tensor,
+    lo: torch.Tensor | None = None,
+    consumers: int = 1,
 ) -> None:
     table = block_table(ctx, x.shape[0], x.device)
-    torch.ops.ws1_sm90.wgrad(dy, x, table.rows, table.n_blocks, mg, lo)
+    torch.ops.ws1_sm90.wgrad(dy, x, table.rows, table.n_blocks, mg, lo, consumers)
 
 
 @pytest.mark.parametrize(("n", "k"), [(128, 128), (256, 384), (4096, 1024)])

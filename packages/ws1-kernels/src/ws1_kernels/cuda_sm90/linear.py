@@ -31,10 +31,16 @@ ADDRESS_ALIGN = 16
 #: the Hopper weight gradient's kernel id, and the tile its weight's dims must be multiples of (kWgradTile)
 WGRAD_KERNEL = "ws1.cuda_sm90.wgrad.wgmma"
 WGRAD_TILE = 128
-#: its CTA's warpgroups (1: 128 x 128 tiles; 2: 128 x 256, which needs K a multiple of 256): both give the same bits
-#: by construction (the same wgmma atom on every element's chain); 1 until the GPU tests have shown that and the
-#: bench has shown 2 faster
-WGRAD_CONSUMERS = 1
+#: its CTA's warpgroups: 2 (a 128 x 256 tile of main_grad) where the weight's K is a multiple of 256, else 1
+#: (128 x 128). Both give the same bits by construction (the same wgmma atom on every element's chain), which a GPU
+#: test checks with a control; two were faster at every linear and lm_head shape measured (docs/cuda_sm90.md). The
+#: choice is the weight's shape's alone.
+WGRAD_WIDE = 2
+
+
+def wgrad_consumers(weight: torch.Tensor) -> int:
+    """Warpgroups a CTA for ``weight``'s gradient: by its K alone."""
+    return WGRAD_WIDE if weight.shape[1] % (WGRAD_TILE * WGRAD_WIDE) == 0 else 1
 
 
 def _gemm(a: torch.Tensor, b: torch.Tensor, b_trans: bool) -> torch.Tensor:
@@ -55,13 +61,14 @@ def _wgrad_op(
     mg: torch.Tensor,
     lo: torch.Tensor | None,
 ) -> None:
-    torch.ops.ws1_sm90.wgrad(_aligned(dy), _aligned(x), rows, n_blocks, mg, _aligned(lo), WGRAD_CONSUMERS)
+    consumers = wgrad_consumers(mg)
+    torch.ops.ws1_sm90.wgrad(_aligned(dy), _aligned(x), rows, n_blocks, mg, _aligned(lo), consumers)
 
 
 def hopper_wgrad(weight: torch.Tensor) -> tuple[str, generic.WgradOp] | None:
     """The Hopper weight gradient for ``weight`` when both its dims are multiples of ``WGRAD_TILE``, else None
     (the generic one runs): by the weight's shape alone, never the batch's."""
-    if weight.shape[0] % WGRAD_TILE or weight.shape[1] % (WGRAD_TILE * WGRAD_CONSUMERS):
+    if weight.shape[0] % WGRAD_TILE or weight.shape[1] % WGRAD_TILE:
         return None
     return WGRAD_KERNEL, _wgrad_op
 
