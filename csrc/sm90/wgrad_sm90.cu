@@ -119,9 +119,9 @@ __global__ void __launch_bounds__(Cfg<kConsumers>::kThreads, 1)
 
   // dY^T as (N, R) and X^T as (K, R), both MN-major, cut into this CTA's 128-row slab and 64-row stages
   Tensor gA = local_tile(tma_a.get_tma_tensor(make_shape(n, r)), make_shape(Int<kTileM>{}, Int<kStageRows>{}),
-                         make_coord(static_cast<int>(blockIdx.x), _));
-  Tensor gB = local_tile(tma_b.get_tma_tensor(make_shape(k, r)), make_shape(Int<kTileN>{}, Int<kStageRows>{}),
                          make_coord(static_cast<int>(blockIdx.y), _));
+  Tensor gB = local_tile(tma_b.get_tma_tensor(make_shape(k, r)), make_shape(Int<kTileN>{}, Int<kStageRows>{}),
+                         make_coord(static_cast<int>(blockIdx.x), _));
   auto tA = tma_partition(tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
   auto tB = tma_partition(tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
   auto tAgA = get<0>(tA);  // (TMA, stage index) in global memory
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers>::kThreads, 1)
   ThrMMA thr = mma.get_thread_slice(threadIdx.x);
   Tensor mC = make_tensor(make_gmem_ptr(main_grad), make_shape(n, k), make_stride(k, Int<1>{}));
   Tensor tCgC = thr.partition_C(local_tile(mC, make_shape(Int<kTileM>{}, Int<kTileN>{}),
-                                           make_coord(static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y))));
+                                           make_coord(static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x))));
   Tensor acc = thr.make_fragment_C(tCgC);
   copy(tCgC, acc);
   Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));
@@ -197,7 +197,11 @@ cudaError_t launch_wgmma(const bf16* gathered_dy, const bf16* gathered_x, float*
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess)
     return e;
-  const dim3 grid(static_cast<unsigned>(n / kTileM), static_cast<unsigned>(k / C::kTileN));
+  // x walks main_grad's column tiles and y its row tiles, so the CTAs resident at once share few slabs of dY (the
+  // large operand, re-read from DRAM by every column tile when the order was the other way: ncu at eb44825 saw
+  // 25 GB of DRAM traffic at the lm_head shape, 4096 rows) and X's whole buffer stays in L2. Order only: each tile's
+  // chain is its own, so the bits do not change.
+  const dim3 grid(static_cast<unsigned>(k / C::kTileN), static_cast<unsigned>(n / kTileM));
   kernel<<<grid, C::kThreads, kSmem, stream>>>(tma_a, tma_b, main_grad, n, k, r);
   return cudaGetLastError();
 }
@@ -218,7 +222,7 @@ cudaError_t wgrad_blocks(const bf16* dy, const bf16* dy_lo, const bf16* x, const
   // make_tma_atom encodes its descriptors through the driver API, which needs the thread's context current: a
   // thread whose first CUDA work this is (autograd's backward worker) has none (gemm_sm90.cuh, bind_context)
   if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return e;
-  if (n % kTileM || k % (kTileM * consumers) || n > INT_MAX || k > INT_MAX) return cudaErrorInvalidValue;
+  if (n % kTileM || k % (kTileM * consumers) || n / kTileM > 65535 || k > INT_MAX) return cudaErrorInvalidValue;
   const bool split = dy_lo != nullptr;
   const int64_t r = wgrad_rows(n_blocks, split);
   if (r > INT_MAX) return cudaErrorInvalidValue;
