@@ -9,7 +9,8 @@
 //    16, and X's block twice, so each half is one k-step of its own.
 // 2. ws1_sm90_wgrad_wgmma: one CTA per 128 x 128 tile of main_grad (one consumer warpgroup) or 128 x 256 (two),
 //    and a producer warp. The consumers load their tile of main_grad into the wgmma accumulators, then walk R in
-//    64-row stages from row 0 upward (the producer's TMA into a 4-stage ring, one mbarrier pair per stage), 4 wgmma k-steps of 16 rows a stage, every one accumulating (ScaleOut::One): one
+//    stages from row 0 upward (the producer's TMA into a ring, one mbarrier pair per slot: 64-row stages in 4
+//    slots, or 32-row stages in 8), 16-row wgmma k-steps, every one accumulating (ScaleOut::One): one
 //    k-step is one block, so the chain per element is the rule's, block by block in table order. Then it stores
 //    the tile back: one writer per element, no atomics.
 //
