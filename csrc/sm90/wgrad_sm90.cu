@@ -62,7 +62,9 @@ auto gathered_tma(const bf16* buffer, int mn, int r) {
 template <int kConsumers, int kStageRowsT>
 struct Cfg {
   static constexpr int kStageRows = kStageRowsT;
-  static constexpr int kStages = 4 * 64 / kStageRows;
+  // 256 rows in flight, except one warpgroup on 32-row stages: 4 slots (64 KB), so that two CTAs share an SM
+  // (160 threads at about 154 registers each) and one's load and store of main_grad overlap the other's MMAs
+  static constexpr int kStages = (kConsumers == 1 && kStageRows == 32) ? 4 : 4 * 64 / kStageRows;
   static_assert(kPadRows % kStageRows == 0, "a stage must divide the padded R");
   static constexpr int kTileN = kTileM * kConsumers;  // main_grad columns (the weight's K) per CTA
   static constexpr int kConsumerThreads = 128 * kConsumers;
@@ -202,6 +204,10 @@ cudaError_t launch_wgmma(const bf16* gathered_dy, const bf16* gathered_x, float*
   auto* kernel = &ws1_sm90_wgrad_wgmma<kConsumers, kStageRows>;
   constexpr int kSmem = static_cast<int>(sizeof(typename C::SharedStorage));
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      e != cudaSuccess)
+    return e;
+  // the most shared memory per SM, so that the 64 KB variant fits two CTAs
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
       e != cudaSuccess)
     return e;
   // x walks main_grad's column tiles and y its row tiles, so the CTAs resident at once share few slabs of dY (the
