@@ -24,10 +24,6 @@ KNOWN_STALE: dict[str, str] = {
         "the weight gradient's stage depth as a knob (csrc/sm90/wgrad_sm90.cu, ws1_sm90.wgrad's stage_rows) is "
         "compile-checked and has not run on a GPU: the session that wrote it had no device time left"
     ),
-    "merged-cuda-h100-522be1e/cuda_bf16": (
-        "csrc/sm90/ changed (the files are sources of both CUDA profiles); the generic kernels are unchanged, "
-        "not yet rerun on a GPU"
-    ),
     "gpu-sm90-c7fbc8a": (
         "the 36-layer triton_cuda_bf16 chain and its run's matrix (kept as a chain companion: evidence_files."
         "CHAIN_COMPANIONS): 4b063e8 factored the candidates' backward launches into shared functions and added "
