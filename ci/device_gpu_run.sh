@@ -76,6 +76,22 @@ for s in "$@"; do
               step "hopper-$tool" "${HOPPER_SANITIZE_LIMIT:-120}" env PYTHONPATH="$hp" compute-sanitizer --tool "$tool" \
                 --error-exitcode 1 python3 ci/sanitize_logp_sm90.py
             done ;;
+    # the Hopper weight gradient's variants against cuBLAS in one process (ci/wgrad_tiles_sm90.py with WGRAD_ARGS,
+    # figures in $ev/wgrad-tiles.json), then ncu of its wgmma kernel (drive_sm90_op.py --op wgrad WGRAD_NCU_ARGS,
+    # default two warpgroups), its gather, and cuBLAS's dy.T @ x at the lm_head shape and 4096 rows: speed of light,
+    # memory, warp states, scheduler, occupancy and source counters, one log each. Needs the hopper step's build
+    wgrad)  hb="$PWD/build/cuda-gpu_sm90"; hp="$hb:$hb/hopper:${PYTHONPATH:-}"
+            step wgrad-tiles "${WGRAD_LIMIT:-240}" env PYTHONPATH="$hp" python3 ci/wgrad_tiles_sm90.py ${WGRAD_ARGS:-} \
+              --out "$ev/wgrad-tiles.json"
+            for c in "kernel:wgrad:ws1_sm90_wgrad_wgmma:2" "gather:wgrad:ws1_sm90_wgrad_gather:4" \
+                     "cublas:cublas_wgrad:nvjet|gemm|xmma|cutlass:2"; do
+              IFS=: read -r label op kre skip <<< "$c"
+              step "ncu-wgrad-$label" "${NCU_LIMIT:-90}" env PYTHONPATH="$hp" ncu --clock-control none \
+                --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+                --section SchedulerStats --section Occupancy --section SourceCounters -k "regex:$kre" \
+                --launch-skip "$skip" --launch-count 1 python3 ci/drive_sm90_op.py --op "$op" --m 4096 --iters 4 \
+                ${WGRAD_NCU_ARGS:---consumers 2}
+            done ;;
     # NOX_GLOBAL: nox's own flags (default --no-venv: one environment; empty: each profile in its own venv)
     nox)    step "${NOX_SESSION:-gpu_sm90}" "${NOX_LIMIT:-500}" python3 -m nox ${NOX_GLOBAL---no-venv} -s "${NOX_SESSION:-gpu_sm90}" -- ${NOX_ARGS:-} ;;
     # compute-sanitizer over one forward and one backward of every candidate of SANITIZE_PROFILE (cuda_bf16) at
