@@ -3,8 +3,8 @@
 `ws1 bench` times the candidates a user runs (dx and dW together, the variant the wiring picks). Choosing that
 variant needs the kernel alone, every variant side by side, and the peer in the same process: this script. For
 each shape and row count it makes M rows of one sample (one sample-aligned block table), then times
-`ws1_sm90.wgrad` for each variant and `torch.mm(dy.t(), x)` (bf16 out) with CUDA events: 2 warm-up calls, then
-the median of `--iters`. The op's time includes its gather.
+`ws1_sm90.wgrad` for each variant and `torch.mm(dy.t(), x)` (bf16 out) with `ws1 bench`'s own timer (`ws1_harness.run.bench.timing.make_timer`: the
+median of `triton.testing.do_bench`, the L2 flushed before each call). The op's time includes its gather.
 
     python ci/wgrad_tiles_sm90.py --variant 1 --variant 2 --m 512 --m 4096 --out wgrad-tiles.json
 
@@ -93,15 +93,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shape", action="append", default=None, help="NAME:N:K (repeatable)")
     p.add_argument("--m", action="append", type=int, default=None, help="rows (repeatable)")
     p.add_argument("--variant", action="append", default=None, help="C or C:S (repeatable)")
-    p.add_argument("--iters", type=int, default=7)
+    p.add_argument("--warmup-ms", type=float, default=25.0)
+    p.add_argument("--rep-ms", type=float, default=100.0)
     p.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
     a = p.parse_args(argv)
     try:
         shapes = [parse_shape(s) for s in (a.shape or SHAPES)]
         variants = [parse_variant(v) for v in (a.variant or ["1", "2"])]
         ms = a.m or [512, 4096]
-        if min(ms) <= 0 or a.iters <= 0:
-            raise BadArgument(f"--m and --iters must be positive, got {ms} and {a.iters}")
+        if min(ms) <= 0 or a.warmup_ms < 0 or a.rep_ms <= 0:
+            raise BadArgument(
+                f"--m and --rep-ms must be positive and --warmup-ms not negative, got --m {ms}, "
+                f"--warmup-ms {a.warmup_ms}, --rep-ms {a.rep_ms}"
+            )
         if a.out is not None and a.out.exists():
             raise BadArgument(f"--out {a.out}: exists; give a new path")
     except BadArgument as e:
@@ -114,24 +118,29 @@ def main(argv: list[str] | None = None) -> int:
     if cuda_sm90.extension() is None or not torch.cuda.is_available():
         print(f"wgrad_tiles_sm90: {cuda_sm90.missing_reason() or 'no CUDA device'}", file=sys.stderr)
         return 2
+    from ws1_harness.run.bench.timing import make_timer
+
+    timer = make_timer("cuda", a.warmup_ms, a.rep_ms)
     rows = []
     for s in shapes:
         for m in ms:
-            rows.append(_time_shape(torch, s, m, variants, a.iters))
+            rows.append(_time_shape(torch, s, m, variants, timer))
             torch.cuda.empty_cache()  # the shape's tensors went with its frame
     if a.out is not None:
         record: dict[str, Any] = {
             "device": torch.cuda.get_device_name(),
             "torch": torch.__version__,
             "commit": os.environ.get("WS1_SOURCE_COMMIT", "unknown"),
-            "iters": a.iters,
+            "timer": timer.name,
+            "warmup_ms": a.warmup_ms,
+            "rep_ms": a.rep_ms,
             "rows": [asdict(r) for r in rows],
         }
         a.out.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 
-def _time_shape(torch: Any, shape: Shape, m: int, variants: list[Variant], iters: int) -> Row:
+def _time_shape(torch: Any, shape: Shape, m: int, variants: list[Variant], timer: Any) -> Row:
     from ws1_kernels import LayoutContext
     from ws1_kernels.row_tables import block_table
 
@@ -146,14 +155,12 @@ def _time_shape(torch: Any, shape: Shape, m: int, variants: list[Variant], iters
         if shape.k % (TILE * v.consumers):
             continue  # the op refuses it, by the weight's K: not a variant of this shape
         extra = () if v.stage_rows is None else (v.stage_rows,)
-        times[v.label] = _median(
-            torch,
+        times[v.label] = timer(
             lambda v=v, extra=extra: torch.ops.ws1_sm90.wgrad(
                 dy, x, table.rows, table.n_blocks, mg, None, v.consumers, *extra
-            ),
-            iters,
+            )
         )
-    peer = _median(torch, lambda: torch.mm(dy.t(), x), iters)
+    peer = timer(lambda: torch.mm(dy.t(), x))
     flop = 2.0 * m * shape.n * shape.k
     cells = ", ".join(
         f"{k} {t:.3f} ms ({flop / t / 1e9:.0f} TFLOP/s, {peer / t:.3f}x)" for k, t in times.items()
@@ -163,20 +170,6 @@ def _time_shape(torch: Any, shape: Shape, m: int, variants: list[Variant], iters
         flush=True,
     )
     return Row(shape.name, shape.n, shape.k, m, peer, times)
-
-
-def _median(torch: Any, call: Any, iters: int) -> float:
-    for _ in range(2):
-        call()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 if __name__ == "__main__":

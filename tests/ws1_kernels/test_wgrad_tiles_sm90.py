@@ -55,7 +55,7 @@ def test_an_existing_out_file_is_not_overwritten(tmp_path: Path, capsys: pytest.
 def test_good_arguments_pass_the_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the control: the same kinds of argument, well formed, are not refused for themselves; the call runs (a Hopper
     # host with the module) or stops at the missing module or device, with that reason
-    argv = ["--shape", "o:4096:4096", "--variant", "2:32", "--variant", "1", "--m", "64", "--iters", "1"]
+    argv = ["--shape", "o:4096:4096", "--variant", "2:32", "--variant", "1", "--m", "64", "--rep-ms", "1"]
     rc = tiles.main([*argv, "--out", str(tmp_path / "new.json")])
     err = capsys.readouterr().err
     assert "expected" not in err and "must be" not in err and "exists" not in err
