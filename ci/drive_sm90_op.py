@@ -21,12 +21,37 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any, NoReturn
 
 OPS = ("linear_logp", "gemm", "gemm_f32", "wgrad", "cublas_wgrad")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line, `<name>: <what>`, exit 2 (not usage and error on two lines)."""
+
+    def __init__(self, name: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._name = name
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self._name}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def one_sample_table(m: int, device: Any) -> Any:
+    """The weight gradient's block table of M rows that are one sample, positions 0..M-1 (no empty slot but the
+    last block's tail)."""
+    import torch
+
+    from ws1_kernels import LayoutContext
+    from ws1_kernels.row_tables import block_table
+
+    ctx = LayoutContext(torch.zeros(m, dtype=torch.int64), torch.arange(m, dtype=torch.int64))
+    return block_table(ctx, m, device)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser("drive_sm90_op", description=__doc__.splitlines()[0])
     p.add_argument("--op", choices=OPS, required=True)
     p.add_argument("--m", type=int, required=True, help="rows (tokens)")
     p.add_argument("--n", type=int, default=151936, help="vocab (the GEMM's N)")
@@ -52,16 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(a.m, a.k, device="cuda", generator=g).to(torch.bfloat16)
-    w = (torch.randn(a.n, a.k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+    wgrad = "wgrad" in a.op  # the weight gradient's ops take dy, not the weight
+    w = None if wgrad else (torch.randn(a.n, a.k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
     targets = torch.randint(0, a.n, (a.m,), device="cuda", generator=g)
-    dy = torch.randn(a.m, a.n, device="cuda", generator=g).to(torch.bfloat16) if "wgrad" in a.op else None
-    table = None
-    if a.op == "wgrad":
-        from ws1_kernels import LayoutContext
-        from ws1_kernels.row_tables import block_table
-
-        ctx = LayoutContext(torch.zeros(a.m, dtype=torch.int64), torch.arange(a.m, dtype=torch.int64))
-        table = block_table(ctx, a.m, x.device)
+    dy = torch.randn(a.m, a.n, device="cuda", generator=g).to(torch.bfloat16) if wgrad else None
+    table: Any = one_sample_table(a.m, x.device) if a.op == "wgrad" else None
     main_grad = torch.zeros(a.n, a.k, device="cuda") if a.op == "wgrad" else None
     calls = {
         "linear_logp": lambda: torch.ops.ws1_sm90.linear_logp_fwd(x, w, targets),
@@ -75,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             main_grad,
             None,
             a.consumers,
-            a.stage_rows,  # type: ignore[union-attr]
+            a.stage_rows,
         ),
         "cublas_wgrad": lambda: torch.mm(dy.t(), x),  # type: ignore[union-attr]
     }

@@ -8,7 +8,8 @@ median of `triton.testing.do_bench`, the L2 flushed before each call). The op's 
 
     python ci/wgrad_tiles_sm90.py --variant 1 --variant 2 --m 512 --m 4096 --out wgrad-tiles.json
 
-`--shape NAME:N:K` (repeatable; default the lm_head and the four linear shapes of the 8B workload), `--m` rows
+`--shape NAME:N:K` (repeatable; default the operator spec's bench shapes of lm_head and det_gemm at the 8B
+model's widths, as `ws1 bench` evaluates them), `--m` rows
 (repeatable; default 512 and 4096), `--variant C` or `C:S` (repeatable; default 1 and 2): C consumer warpgroups,
 and, where the build's op has it, S rows a pipeline stage (`stage_rows`). Prints one line per shape and M, and
 writes the figures with the device, torch and the commit (`WS1_SOURCE_COMMIT`) to `--out` when given. Exit 0 after
@@ -17,17 +18,19 @@ the runs, 2 on a bad argument (one line) or a missing module or device.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-#: the 8B workload's weight shapes (N, K) whose gradient the kernel takes
-SHAPES = ("lm_head:151936:4096", "qkv:6144:4096", "o:4096:4096", "gate_up:24576:4096", "down:4096:12288")
-TILE = 128  # the kernel's tile (kWgradTile): N and K must be multiples of it, K of TILE * consumers
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from drive_sm90_op import OneLineParser, one_sample_table  # noqa: E402  (a sibling script, not a package)
+
+TILE = 128  # the kernel's tile (cuda_sm90.linear.WGRAD_TILE, a CPU test checks): N and K multiples of it
+#: the operators whose weight gradient the kernel takes; their shapes are the operator spec's bench shapes
+SPEC_OPS = ("lm_head", "det_gemm")
 
 
 @dataclass(frozen=True)
@@ -57,12 +60,6 @@ class Row:
     variants: dict[str, float]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not usage + error
-        print(f"wgrad_tiles_sm90: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 class BadArgument(ValueError):
     pass
 
@@ -77,6 +74,15 @@ def parse_shape(text: str) -> Shape:
     return Shape(parts[0], n, k)
 
 
+def spec_shapes(model: str = "qwen3-8b") -> list[Shape]:
+    """The operator spec's bench shapes of ``SPEC_OPS`` at ``model``'s widths (`ws1 bench`'s own evaluation)."""
+    from ws1_harness.run.bench.shapes import op_shapes
+    from ws1_workload.manifest import load_manifest
+
+    table = op_shapes(load_manifest(None).model(model))
+    return [Shape(name, int(d["N"]), int(d["K"])) for op in SPEC_OPS for name, d in table[op].items()]
+
+
 def parse_variant(text: str) -> Variant:
     parts = text.split(":")
     if len(parts) not in (1, 2) or not all(p.isdigit() for p in parts):
@@ -89,7 +95,7 @@ def parse_variant(text: str) -> Variant:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(description=__doc__.splitlines()[0])
+    p = OneLineParser("wgrad_tiles_sm90", description=__doc__.splitlines()[0])
     p.add_argument("--shape", action="append", default=None, help="NAME:N:K (repeatable)")
     p.add_argument("--m", action="append", type=int, default=None, help="rows (repeatable)")
     p.add_argument("--variant", action="append", default=None, help="C or C:S (repeatable)")
@@ -98,7 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
     a = p.parse_args(argv)
     try:
-        shapes = [parse_shape(s) for s in (a.shape or SHAPES)]
         variants = [parse_variant(v) for v in (a.variant or ["1", "2"])]
         ms = a.m or [512, 4096]
         if min(ms) <= 0 or a.warmup_ms < 0 or a.rep_ms <= 0:
@@ -108,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         if a.out is not None and a.out.exists():
             raise BadArgument(f"--out {a.out}: exists; give a new path")
+        shapes = [parse_shape(s) for s in a.shape] if a.shape else spec_shapes()
     except BadArgument as e:
         print(f"wgrad_tiles_sm90: {e}", file=sys.stderr)
         return 2
@@ -141,14 +147,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _time_shape(torch: Any, shape: Shape, m: int, variants: list[Variant], timer: Any) -> Row:
-    from ws1_kernels import LayoutContext
-    from ws1_kernels.row_tables import block_table
-
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(m, shape.k, device="cuda", generator=g).to(torch.bfloat16)
     dy = torch.randn(m, shape.n, device="cuda", generator=g).to(torch.bfloat16)
-    ctx = LayoutContext(torch.zeros(m, dtype=torch.int64), torch.arange(m, dtype=torch.int64))
-    table = block_table(ctx, m, x.device)
+    table = one_sample_table(m, x.device)
     mg = torch.zeros(shape.n, shape.k, device="cuda")
     times: dict[str, float] = {}
     for v in variants:

@@ -24,3 +24,11 @@ def test_a_good_shape_passes_the_argument_check(capsys: pytest.CaptureFixture[st
     err = capsys.readouterr().err
     assert "must be positive" not in err
     assert rc == 0 or (rc == 2 and err.startswith("drive_sm90_op: "))
+
+
+def test_an_unknown_op_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        drive.main(["--op", "bogus", "--m", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("drive_sm90_op: ") and "bogus" in err[0]

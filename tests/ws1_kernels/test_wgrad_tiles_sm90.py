@@ -1,5 +1,5 @@
 """`ci/wgrad_tiles_sm90.py` (the Hopper weight gradient's variants against cuBLAS): each bad argument is refused with
-exit 2 and one line, before torch loads; the controls, good arguments, get past the check (and, with no Hopper
+exit 2 and one line, before any GPU work; the controls, good arguments, get past the check (and, with no Hopper
 module here, stop at the module check with the module's reason, also exit 2)."""
 
 from __future__ import annotations
@@ -60,6 +60,20 @@ def test_good_arguments_pass_the_check(tmp_path: Path, capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert "expected" not in err and "must be" not in err and "exists" not in err
     assert rc == 0 or (rc == 2 and err.startswith("wgrad_tiles_sm90: "))
+
+
+def test_the_tile_is_the_kernels() -> None:
+    from ws1_kernels.cuda_sm90 import linear as sm90
+
+    assert tiles.TILE == sm90.WGRAD_TILE
+
+
+def test_the_default_shapes_are_the_operator_specs() -> None:
+    """lm_head's and det_gemm's bench shapes at the 8B widths, as `ws1 bench` evaluates them; the control: the
+    tiny model's widths give other shapes, so the figures follow the spec, not a copy of it."""
+    shapes = {(s.name, s.n, s.k) for s in tiles.spec_shapes()}
+    assert ("lm_head", 151936, 4096) in shapes and ("down", 4096, 12288) in shapes and len(shapes) == 5
+    assert {(s.name, s.n, s.k) for s in tiles.spec_shapes("tiny")} != shapes
 
 
 def test_the_variant_labels_say_what_ran() -> None:
