@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--consumers", type=int, default=1, choices=(1, 2), help="wgrad: warpgroups a CTA")
     p.add_argument(
-        "--stage-rows", type=int, default=64, choices=(32, 64), help="wgrad: rows a pipeline stage"
+        "--stage-rows", type=int, default=32, choices=(32, 64), help="wgrad: rows a pipeline stage"
     )
     a = p.parse_args(argv)
     if min(a.m, a.n, a.k, a.iters) <= 0:
