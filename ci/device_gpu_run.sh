@@ -78,7 +78,7 @@ for s in "$@"; do
             done ;;
     # the Hopper weight gradient's variants against cuBLAS in one process (ci/wgrad_tiles_sm90.py with WGRAD_ARGS,
     # figures in $ev/wgrad-tiles.json), then ncu of its wgmma kernel (drive_sm90_op.py --op wgrad WGRAD_NCU_ARGS,
-    # default two warpgroups), its gather, and cuBLAS's dy.T @ x at the lm_head shape and 4096 rows: speed of light,
+    # default the wired variant), its gather, and cuBLAS's dy.T @ x at the lm_head shape and 4096 rows: speed of light,
     # memory, warp states, scheduler, occupancy and source counters, one log each. Needs the hopper step's build
     wgrad)  hb="$PWD/build/cuda-gpu_sm90"; hp="$hb:$hb/hopper:${PYTHONPATH:-}"
             step wgrad-tiles "${WGRAD_LIMIT:-240}" env PYTHONPATH="$hp" python3 ci/wgrad_tiles_sm90.py ${WGRAD_ARGS:-} \
@@ -90,7 +90,7 @@ for s in "$@"; do
                 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
                 --section SchedulerStats --section Occupancy --section SourceCounters -k "regex:$kre" \
                 --launch-skip "$skip" --launch-count 1 python3 ci/drive_sm90_op.py --op "$op" --m 4096 --iters 4 \
-                ${WGRAD_NCU_ARGS:---consumers 2}
+                ${WGRAD_NCU_ARGS:-}
             done ;;
     # NOX_GLOBAL: nox's own flags (default --no-venv: one environment; empty: each profile in its own venv)
     nox)    step "${NOX_SESSION:-gpu_sm90}" "${NOX_LIMIT:-500}" python3 -m nox ${NOX_GLOBAL---no-venv} -s "${NOX_SESSION:-gpu_sm90}" -- ${NOX_ARGS:-} ;;

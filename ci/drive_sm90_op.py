@@ -11,7 +11,7 @@ warm launch of the op's own kernel:
 ops: `linear_logp` (the fused forward: the GEMM with its log-sum-exp epilogue, then the fold of its partials),
 `gemm` (the lm_head GEMM of the M bucket `ws1_sm90.gemm` picks), `gemm_f32` (the fused forward's mainloop and tile
 with a plain fp32 store instead of its epilogue), `wgrad` (the weight gradient of an [N, K] weight over M rows of
-one sample, `--consumers` warpgroups a CTA, into a main_grad made outside the timing), `cublas_wgrad` (the peer
+one sample, `--consumers` warpgroups a CTA, `--stage-rows` rows a stage, into a main_grad made outside the timing), `cublas_wgrad` (the peer
 a user would otherwise run for it: `dy.T @ x` through cuBLAS, bf16 out). It needs the Hopper module on the path
 and an sm_90 device; it prints the median time per call from CUDA events (with the profiler attached that figure is the
 profiler's, not the kernel's). Exit 0 after the calls, 2 on a bad argument or a missing module/device.
@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=4096, help="hidden (the GEMM's K)")
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--consumers", type=int, default=1, choices=(1, 2), help="wgrad: warpgroups a CTA")
+    p.add_argument(
+        "--stage-rows", type=int, default=32, choices=(32, 64), help="wgrad: rows a pipeline stage"
+    )
     a = p.parse_args(argv)
     if min(a.m, a.n, a.k, a.iters) <= 0:
         print(
@@ -92,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             main_grad,
             None,
             a.consumers,
+            a.stage_rows,
         ),
         "cublas_wgrad": lambda: torch.mm(dy.t(), x),  # type: ignore[union-attr]
     }

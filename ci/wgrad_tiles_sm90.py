@@ -9,9 +9,9 @@ median of `triton.testing.do_bench`, the L2 flushed before each call). The op's 
     python ci/wgrad_tiles_sm90.py --variant 1 --variant 2 --m 512 --m 4096 --out wgrad-tiles.json
 
 `--shape NAME:N:K` (repeatable; default the operator spec's bench shapes of lm_head and det_gemm at the 8B
-model's widths, as `ws1 bench` evaluates them), `--m` rows
-(repeatable; default 512 and 4096), `--variant C` or `C:S` (repeatable; default 1 and 2): C consumer warpgroups,
-and, where the build's op has it, S rows a pipeline stage (`stage_rows`). Prints one line per shape and M, and
+model's widths, as `ws1 bench` evaluates them), `--m` rows (repeatable; default 512 and 4096), `--variant C` or
+`C:S` (repeatable; default 1:32, the wired one, then 1:64 and 2:64): C consumer warpgroups, and, where the build's
+op has it, S rows a pipeline stage (`stage_rows`). Prints one line per shape and M, and
 writes the figures with the device, torch and the commit (`WS1_SOURCE_COMMIT`) to `--out` when given. Exit 0 after
 the runs, 2 on a bad argument (one line) or a missing module or device.
 """
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
     a = p.parse_args(argv)
     try:
-        variants = [parse_variant(v) for v in (a.variant or ["1", "2"])]
+        variants = [parse_variant(v) for v in (a.variant or ["1:32", "1:64", "2:64"])]
         ms = a.m or [512, 4096]
         if min(ms) <= 0 or a.warmup_ms < 0 or a.rep_ms <= 0:
             raise BadArgument(

@@ -28,7 +28,8 @@
 // Why trees and not running sums: the epilogue does not overlap the tile's MMAs (the cooperative kernel's two
 // consumer warpgroups share one tile), and with two consumer warps per scheduler a running max and a running sum
 // over 32 values are dependent chains that leave the schedulers idle (ncu at 23563ec: about 1690 executed
-// instructions a consumer warp per tile, about 7 us a tile, stall_wait first). Trees give 16 independent operations at their first level.
+// instructions a consumer warp per tile, about 7 us a tile, stall_wait first). Trees give 16 independent operations
+// at their first level.
 #pragma once
 
 #include <climits>

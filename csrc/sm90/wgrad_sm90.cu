@@ -9,7 +9,8 @@
 //    16, and X's block twice, so each half is one k-step of its own.
 // 2. ws1_sm90_wgrad_wgmma: one CTA per 128 x 128 tile of main_grad (one consumer warpgroup) or 128 x 256 (two),
 //    and a producer warp. The consumers load their tile of main_grad into the wgmma accumulators, then walk R in
-//    64-row stages from row 0 upward (the producer's TMA into a 4-stage ring, one mbarrier pair per stage), 4 wgmma k-steps of 16 rows a stage, every one accumulating (ScaleOut::One): one
+//    stages from row 0 upward (the producer's TMA into a ring, one mbarrier pair per slot: 64-row stages in 4
+//    slots, or 32-row stages in 8), 16-row wgmma k-steps, every one accumulating (ScaleOut::One): one
 //    k-step is one block, so the chain per element is the rule's, block by block in table order. Then it stores
 //    the tile back: one writer per element, no atomics.
 //
@@ -37,37 +38,43 @@ using Element = cutlass::bfloat16_t;
 
 constexpr int kBlockRows = 16;  // WGRAD_BLOCK: one wgmma k-step
 constexpr int kTileM = static_cast<int>(kWgradTile);  // main_grad rows (the weight's N) per CTA
-constexpr int kStageRows = static_cast<int>(kWgradStageRows);  // R rows per stage: 4 k-steps
-constexpr int kStages = 4;
+// R is padded to kWgradStageRows (64); a stage is 64 rows (4 k-steps, a 4-slot ring) or 32 (2 k-steps, 8 slots):
+// the same shared memory, finer release. The k-steps, and so every element's chain, are the same either way.
+constexpr int kPadRows = static_cast<int>(kWgradStageRows);
 constexpr int kGatherThreads = 256;
 
-template <int kRows>
+template <int kRows, int kStageRows, int kStages>
 using SmemOf = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
                                       make_shape(Int<kRows>{}, Int<kStageRows>{}, Int<kStages>{})));
 
 // The TMA atom over a gathered buffer seen as (mn, r), mn contiguous: `mn` the weight's N (for dY) or K (for X)
-template <int kTileRows>
+template <int kTileRows, int kStageRows, int kStages>
 auto gathered_tma(const bf16* buffer, int mn, int r) {
   Tensor g = make_tensor(make_gmem_ptr(reinterpret_cast<const Element*>(buffer)), make_shape(mn, r),
                          make_stride(Int<1>{}, mn));
-  return make_tma_atom(SM90_TMA_LOAD{}, g, SmemOf<kTileRows>{}(_, _, 0),
+  return make_tma_atom(SM90_TMA_LOAD{}, g, SmemOf<kTileRows, kStageRows, kStages>{}(_, _, 0),
                        make_shape(Int<kTileRows>{}, Int<kStageRows>{}));
 }
 
 // One CTA's shape: kConsumers warpgroups side by side along main_grad's columns, each a 128 x 128 slab with the same
 // wgmma atom (m64n128k16, 2 of them down the rows), so every element's chain is the same whatever kConsumers: the
 // wider CTA only reads A once for both slabs (about 85 flop a byte from L2 against 64).
-template <int kConsumers>
+template <int kConsumers, int kStageRowsT>
 struct Cfg {
+  static constexpr int kStageRows = kStageRowsT;
+  // 256 rows in flight, except one warpgroup on 32-row stages: 4 slots (64 KB), so that two CTAs share an SM
+  // (160 threads at about 154 registers each) and one's load and store of main_grad overlap the other's MMAs
+  static constexpr int kStages = (kConsumers == 1 && kStageRows == 32) ? 4 : 4 * 64 / kStageRows;
+  static_assert(kPadRows % kStageRows == 0, "a stage must divide the padded R");
   static constexpr int kTileN = kTileM * kConsumers;  // main_grad columns (the weight's K) per CTA
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + 32;  // and one producer warp, the last
-  using SmemA = SmemOf<kTileM>;
-  using SmemB = SmemOf<kTileN>;
+  using SmemA = SmemOf<kTileM, kStageRows, kStages>;
+  using SmemB = SmemOf<kTileN, kStageRows, kStages>;
   using Mma = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::MN, GMMA::Major::MN>{},
                                       Layout<Shape<_1, Int<kConsumers>, _1>>{}));
-  using TmaA = decltype(gathered_tma<kTileM>(nullptr, 0, 0));
-  using TmaB = decltype(gathered_tma<kTileN>(nullptr, 0, 0));
+  using TmaA = decltype(gathered_tma<kTileM, kStageRows, kStages>(nullptr, 0, 0));
+  using TmaB = decltype(gathered_tma<kTileN, kStageRows, kStages>(nullptr, 0, 0));
   struct SharedStorage {
     alignas(128) ArrayEngine<Element, cosize_v<SmemA>> a;
     alignas(128) ArrayEngine<Element, cosize_v<SmemB>> b;
@@ -104,13 +111,15 @@ __global__ void __launch_bounds__(kGatherThreads)
   for (int64_t i = threadIdx.x; i < vecs; i += kGatherThreads) out[i] = in[i];
 }
 
-template <int kConsumers>
-__global__ void __launch_bounds__(Cfg<kConsumers>::kThreads, 1)
-    ws1_sm90_wgrad_wgmma(CUTLASS_GRID_CONSTANT typename Cfg<kConsumers>::TmaA const tma_a,
-                         CUTLASS_GRID_CONSTANT typename Cfg<kConsumers>::TmaB const tma_b,
+template <int kConsumers, int kStageRowsT>
+__global__ void __launch_bounds__(Cfg<kConsumers, kStageRowsT>::kThreads, 1)
+    ws1_sm90_wgrad_wgmma(CUTLASS_GRID_CONSTANT typename Cfg<kConsumers, kStageRowsT>::TmaA const tma_a,
+                         CUTLASS_GRID_CONSTANT typename Cfg<kConsumers, kStageRowsT>::TmaB const tma_b,
                          float* __restrict__ main_grad, int n, int k, int r) {
-  using C = Cfg<kConsumers>;
+  using C = Cfg<kConsumers, kStageRowsT>;
   constexpr int kTileN = C::kTileN;
+  constexpr int kStageRows = C::kStageRows;
+  constexpr int kStages = C::kStages;
   extern __shared__ __align__(128) char smem_raw[];
   auto& smem = *reinterpret_cast<typename C::SharedStorage*>(smem_raw);
   // (tile rows of main_grad, stage rows, stage) and (tile columns, stage rows, stage)
@@ -184,17 +193,21 @@ __global__ void __launch_bounds__(Cfg<kConsumers>::kThreads, 1)
   copy(acc, tCgC);
 }
 
-template <int kConsumers>
+template <int kConsumers, int kStageRows>
 cudaError_t launch_wgmma(const bf16* gathered_dy, const bf16* gathered_x, float* main_grad, int n, int k, int r,
                          cudaStream_t stream) {
-  using C = Cfg<kConsumers>;
+  using C = Cfg<kConsumers, kStageRows>;
   if (k % C::kTileN) return cudaErrorInvalidValue;
   // (N, R) and (K, R) views of the row-major [R, N] and [R, K] buffers: the first mode contiguous
-  const typename C::TmaA tma_a = gathered_tma<kTileM>(gathered_dy, n, r);
-  const typename C::TmaB tma_b = gathered_tma<C::kTileN>(gathered_x, k, r);
-  auto* kernel = &ws1_sm90_wgrad_wgmma<kConsumers>;
+  const typename C::TmaA tma_a = gathered_tma<kTileM, kStageRows, C::kStages>(gathered_dy, n, r);
+  const typename C::TmaB tma_b = gathered_tma<C::kTileN, kStageRows, C::kStages>(gathered_x, k, r);
+  auto* kernel = &ws1_sm90_wgrad_wgmma<kConsumers, kStageRows>;
   constexpr int kSmem = static_cast<int>(sizeof(typename C::SharedStorage));
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      e != cudaSuccess)
+    return e;
+  // the most shared memory per SM, so that the 64 KB variant fits two CTAs
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
       e != cudaSuccess)
     return e;
   // x walks main_grad's column tiles and y its row tiles, so the CTAs resident at once share few slabs of dY (the
@@ -215,9 +228,10 @@ int64_t wgrad_rows(int64_t n_blocks, bool split) {
 
 cudaError_t wgrad_blocks(const bf16* dy, const bf16* dy_lo, const bf16* x, const int32_t* table, int64_t n_blocks,
                          float* main_grad, bf16* gathered_dy, bf16* gathered_x, int64_t n, int64_t k, int consumers,
-                         int device, cudaStream_t stream) {
+                         int stage_rows, int device, cudaStream_t stream) {
   using namespace wgrad_detail;
   if (consumers != 1 && consumers != 2) return cudaErrorInvalidValue;
+  if (stage_rows != 32 && stage_rows != 64) return cudaErrorInvalidValue;
   if (n_blocks <= 0) return cudaSuccess;
   // make_tma_atom encodes its descriptors through the driver API, which needs the thread's context current: a
   // thread whose first CUDA work this is (autograd's backward worker) has none (gemm_sm90.cuh, bind_context)
@@ -235,18 +249,24 @@ cudaError_t wgrad_blocks(const bf16* dy, const bf16* dy_lo, const bf16* x, const
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
 
   const int ni = static_cast<int>(n), ki = static_cast<int>(k), ri = static_cast<int>(r);
-  return consumers == 2 ? launch_wgmma<2>(gathered_dy, gathered_x, main_grad, ni, ki, ri, stream)
-                        : launch_wgmma<1>(gathered_dy, gathered_x, main_grad, ni, ki, ri, stream);
+  if (stage_rows == 32)
+    return consumers == 2 ? launch_wgmma<2, 32>(gathered_dy, gathered_x, main_grad, ni, ki, ri, stream)
+                          : launch_wgmma<1, 32>(gathered_dy, gathered_x, main_grad, ni, ki, ri, stream);
+  return consumers == 2 ? launch_wgmma<2, 64>(gathered_dy, gathered_x, main_grad, ni, ki, ri, stream)
+                        : launch_wgmma<1, 64>(gathered_dy, gathered_x, main_grad, ni, ki, ri, stream);
 }
 
 int wgrad_infos(KernelInfo* out, int cap) {
   using namespace wgrad_detail;
-  const void* fns[] = {reinterpret_cast<const void*>(&ws1_sm90_wgrad_wgmma<1>),
-                       reinterpret_cast<const void*>(&ws1_sm90_wgrad_wgmma<2>),
+  const void* fns[] = {reinterpret_cast<const void*>(&ws1_sm90_wgrad_wgmma<1, 64>),
+                       reinterpret_cast<const void*>(&ws1_sm90_wgrad_wgmma<2, 64>),
+                       reinterpret_cast<const void*>(&ws1_sm90_wgrad_wgmma<1, 32>),
+                       reinterpret_cast<const void*>(&ws1_sm90_wgrad_wgmma<2, 32>),
                        reinterpret_cast<const void*>(ws1_sm90_wgrad_gather)};
   const char* names[] = {"ws1_sm90_wgrad_wgmma_128x128x64", "ws1_sm90_wgrad_wgmma_128x256x64",
+                         "ws1_sm90_wgrad_wgmma_128x128x32", "ws1_sm90_wgrad_wgmma_128x256x32",
                          "ws1_sm90_wgrad_gather"};
-  return fill_kernel_infos(out, cap, fns, names, 3);
+  return fill_kernel_infos(out, cap, fns, names, 5);
 }
 
 }  // namespace ws1::sm90

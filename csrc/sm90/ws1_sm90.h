@@ -67,13 +67,14 @@ int linear_logp_infos(KernelInfo* out, int cap);
 // each element's chain starting from main_grad's value. dy_lo (nullable): dy's low bf16 half, a k-step of its own
 // after each block's high half. The op gathers the blocks into gathered_dy [wgrad_rows, n] and gathered_x
 // [wgrad_rows, k] (bf16, the caller's buffers). consumers: 1 (a 128 x 128 tile a CTA) or 2 (128 x 256, two
-// warpgroups); both give the same bits. n a multiple of kWgradTile, k of kWgradTile * consumers.
+// warpgroups); stage_rows: 64 (4 k-steps a stage, a 4-slot ring) or 32 (2 k-steps, 8 slots; 4 slots with one
+// warpgroup, so two CTAs share an SM); every choice gives the same bits. n a multiple of kWgradTile, k of kWgradTile * consumers.
 constexpr int64_t kWgradTile = 128;
 constexpr int64_t kWgradStageRows = 64;
 int64_t wgrad_rows(int64_t n_blocks, bool split);
 cudaError_t wgrad_blocks(const bf16* dy, const bf16* dy_lo, const bf16* x, const int32_t* table, int64_t n_blocks,
                          float* main_grad, bf16* gathered_dy, bf16* gathered_x, int64_t n, int64_t k, int consumers,
-                         int device, cudaStream_t stream);
+                         int stage_rows, int device, cudaStream_t stream);
 int wgrad_infos(KernelInfo* out, int cap);
 
 // logp in one pass over bf16 logits [tokens, vocab] (logp_sm90.cu): out and lse fp32 [tokens]; the backward writes

@@ -186,9 +186,10 @@ bool logp_vector_path(const Tensor& logits) {
 // The weight gradient under sample_blocks_main_grad, in place on main_grad (wgrad_sm90.cu): the generic
 // ws1.gemm_wgrad's contract, for weights whose dims are multiples of kWgradTile (the caller keeps the generic kernel
 // for the others, by the weight's shape alone).
-// consumers: the CTA's warpgroups (1: 128 x 128 tiles, 2: 128 x 256); the same bits either way (GPU-tested).
+// consumers: the CTA's warpgroups (1: 128 x 128 tiles, 2: 128 x 256); stage_rows: a pipeline stage's rows (64 or
+// 32); the same bits for every choice (GPU-tested).
 void wgrad(const Tensor& dy, const Tensor& x, const Tensor& table, int64_t n_blocks, const Tensor& main_grad,
-           const std::optional<Tensor>& dy_lo, int64_t consumers) {
+           const std::optional<Tensor>& dy_lo, int64_t consumers, int64_t stage_rows) {
   check_bf16("sm90.wgrad", "dy", dy);
   check_bf16("sm90.wgrad", "x", x);
   check_address("sm90.wgrad", "dy", dy);
@@ -202,6 +203,7 @@ void wgrad(const Tensor& dy, const Tensor& x, const Tensor& table, int64_t n_blo
   TORCH_CHECK(dy.dim() == 2 && x.dim() == 2 && dy.size(0) == x.size(0), "ws1_sm90.wgrad: dy [T, N], x [T, K]");
   const int64_t n = dy.size(1), k = x.size(1);
   TORCH_CHECK(consumers == 1 || consumers == 2, "ws1_sm90.wgrad: consumers must be 1 or 2, got ", consumers);
+  TORCH_CHECK(stage_rows == 32 || stage_rows == 64, "ws1_sm90.wgrad: stage_rows must be 32 or 64, got ", stage_rows);
   TORCH_CHECK(n % ws1::sm90::kWgradTile == 0 && k % (ws1::sm90::kWgradTile * consumers) == 0,
               "ws1_sm90.wgrad: the weight's dims (", n, ", ", k, ") must be multiples of ", ws1::sm90::kWgradTile,
               " and ", ws1::sm90::kWgradTile * consumers, " (other weights take ws1.gemm_wgrad)");
@@ -221,12 +223,12 @@ void wgrad(const Tensor& dy, const Tensor& x, const Tensor& table, int64_t n_blo
                ws1::sm90::wgrad_blocks(bf(dy), dy_lo.has_value() ? bf(*dy_lo) : nullptr, bf(x),
                                        table.data_ptr<int32_t>(), n_blocks, main_grad.data_ptr<float>(),
                                        bf_mut(gathered_dy), bf_mut(gathered_x), n, k, static_cast<int>(consumers),
-                                       dy.get_device(),
+                                       static_cast<int>(stage_rows), dy.get_device(),
                                        at::cuda::getCurrentCUDAStream()));
 }
 
 void wgrad_meta(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&, const std::optional<Tensor>&,
-                int64_t) {}
+                int64_t, int64_t) {}
 
 std::vector<ws1::binding::AttributeRow> kernel_attributes() {
   ws1::KernelInfo infos[24];
@@ -248,7 +250,7 @@ TORCH_LIBRARY(ws1_sm90, m) {
   m.def("linear_logp_fwd(Tensor x, Tensor w, Tensor targets) -> (Tensor, Tensor)");
   m.def(
       "wgrad(Tensor dy, Tensor x, Tensor table, int n_blocks, Tensor(a!) main_grad, Tensor? dy_lo=None, "
-      "int consumers=1) -> ()");
+      "int consumers=1, int stage_rows=64) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) {

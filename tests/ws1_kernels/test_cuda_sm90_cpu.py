@@ -172,12 +172,19 @@ def test_the_hopper_weight_gradient_is_picked_by_the_weights_shape(
         assert picked[0] == sm90.WGRAD_KERNEL
 
 
-@pytest.mark.parametrize(("k", "consumers"), [(4096, 2), (12288, 2), (256, 2), (384, 1), (128, 1)])
-def test_the_weight_gradients_warpgroups_follow_k_alone(k: int, consumers: int) -> None:
-    """Two warpgroups (a 128 x 256 tile) where K is a multiple of 256, one otherwise, whatever N: the control is
-    K = 384, a multiple of 128 alone."""
-    for n in (128, 151936):
-        assert sm90.wgrad_consumers(torch.empty(n, k)) == consumers
+@pytest.mark.parametrize(("n", "k"), [(151936, 4096), (6144, 4096), (4096, 12288), (128, 384)])
+@pytest.mark.parametrize("n_blocks", [1, 257])
+def test_the_weight_gradient_launches_one_variant_whatever_the_shape_or_batch(
+    monkeypatch: pytest.MonkeyPatch, n: int, k: int, n_blocks: int
+) -> None:
+    """Every weight and every table size get WGRAD_VARIANT, passed explicitly (the op's own default, one warpgroup
+    on 64-row stages, is another variant, so a call leaving it out would fail here)."""
+    calls: list[tuple[object, ...]] = []
+    monkeypatch.setattr(sm90, "_wgrad_kernel", lambda *args: calls.append(args))
+    mg = torch.zeros(n, k)
+    sm90._wgrad_op(torch.empty(8, n), torch.empty(8, k), torch.empty(1, 16), n_blocks, mg, None)
+    assert len(calls) == 1 and calls[0][4] is mg
+    assert calls[0][-2:] == sm90.WGRAD_VARIANT == (1, 32)
 
 
 def test_a_gemm_falls_back_to_the_generic_weight_gradient() -> None:

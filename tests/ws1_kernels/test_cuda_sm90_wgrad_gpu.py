@@ -54,9 +54,10 @@ def _run(
     mg: torch.Tensor,
     lo: torch.Tensor | None = None,
     consumers: int = 1,
+    stage_rows: int = 64,
 ) -> None:
     table = block_table(ctx, x.shape[0], x.device)
-    torch.ops.ws1_sm90.wgrad(dy, x, table.rows, table.n_blocks, mg, lo, consumers)
+    torch.ops.ws1_sm90.wgrad(dy, x, table.rows, table.n_blocks, mg, lo, consumers, stage_rows)
 
 
 @pytest.mark.parametrize(("n", "k"), [(128, 128), (256, 384), (4096, 1024)])
@@ -156,6 +157,30 @@ def test_one_and_two_consumer_warpgroups_give_the_same_bits(split: bool) -> None
     other = start * 2
     _run(dy, x, ctx, other, lo, consumers=2)
     assert not torch.equal(_bits(other), _bits(one))
+
+
+@pytest.mark.parametrize(("consumers", "split"), [(1, False), (2, False), (2, True)])
+def test_32_and_64_row_stages_give_the_same_bits(consumers: int, split: bool) -> None:
+    """A 32-row stage holds two of a 64-row stage's four k-steps, in the same order, so every element's chain is
+    the same; samples long enough for many stages of either size. The control: another starting main_grad."""
+    ctx = _ctx((300, 257, 5, 64))
+    dy, x, start = _data(256, 512, 626, seed=23)
+    lo = (dy.float() * 2.0**-9).to(torch.bfloat16) if split else None
+    wide, narrow = start.clone(), start.clone()
+    _run(dy, x, ctx, wide, lo, consumers=consumers, stage_rows=64)
+    _run(dy, x, ctx, narrow, lo, consumers=consumers, stage_rows=32)
+    assert torch.equal(_bits(wide), _bits(narrow))
+    other = start * 2
+    _run(dy, x, ctx, other, lo, consumers=consumers, stage_rows=32)
+    assert not torch.equal(_bits(other), _bits(wide))
+
+
+def test_a_stage_size_other_than_32_or_64_is_refused() -> None:
+    ctx = _ctx(LENGTHS)
+    dy, x, start = _data(128, 128, sum(LENGTHS))
+    with pytest.raises(RuntimeError, match="stage_rows must be 32 or 64"):
+        _run(dy, x, ctx, start, stage_rows=16)
+    _run(dy, x, ctx, start, stage_rows=32)  # the control: an allowed size runs
 
 
 def test_a_weight_off_the_tile_is_refused_by_the_op() -> None:

@@ -31,16 +31,13 @@ ADDRESS_ALIGN = 16
 #: the Hopper weight gradient's kernel id, and the tile its weight's dims must be multiples of (kWgradTile)
 WGRAD_KERNEL = "ws1.cuda_sm90.wgrad.wgmma"
 WGRAD_TILE = 128
-#: its CTA's warpgroups: 2 (a 128 x 256 tile of main_grad) where the weight's K is a multiple of 256, else 1
-#: (128 x 128). Both give the same bits by construction (the same wgmma atom on every element's chain), which a GPU
-#: test checks with a control; two were faster at every linear and lm_head shape measured (docs/cuda_sm90.md). The
-#: choice is the weight's shape's alone.
-WGRAD_WIDE = 2
-
-
-def wgrad_consumers(weight: torch.Tensor) -> int:
-    """Warpgroups a CTA for ``weight``'s gradient: by its K alone."""
-    return WGRAD_WIDE if weight.shape[1] % (WGRAD_TILE * WGRAD_WIDE) == 0 else 1
+#: the variant it launches: (consumer warpgroups a CTA, rows a pipeline stage). One warpgroup (a 128 x 128 tile of
+#: main_grad) on 32-row stages in a 4-slot ring takes 64 KB of shared memory, so two CTAs share an SM and one's
+#: main_grad load and store overlap the other's MMAs; it was the fastest of the four at every linear and lm_head
+#: shape at 512 and 4096 rows on an H100 (docs/cuda_sm90.md). Every variant gives the same bits (the same wgmma atom
+#: and the same k-steps on every element's chain), which GPU tests check with controls; so one variant for every
+#: weight, never a choice by the batch.
+WGRAD_VARIANT = (1, 32)
 
 
 def _gemm(a: torch.Tensor, b: torch.Tensor, b_trans: bool) -> torch.Tensor:
@@ -61,8 +58,13 @@ def _wgrad_op(
     mg: torch.Tensor,
     lo: torch.Tensor | None,
 ) -> None:
-    consumers = wgrad_consumers(mg)
-    torch.ops.ws1_sm90.wgrad(_aligned(dy), _aligned(x), rows, n_blocks, mg, _aligned(lo), consumers)
+    consumers, stage_rows = WGRAD_VARIANT
+    _wgrad_kernel(_aligned(dy), _aligned(x), rows, n_blocks, mg, _aligned(lo), consumers, stage_rows)
+
+
+def _wgrad_kernel(*args: object) -> None:
+    """``ws1_sm90.wgrad`` (a seam: the CPU tests record the variant passed)."""
+    torch.ops.ws1_sm90.wgrad(*args)
 
 
 def hopper_wgrad(weight: torch.Tensor) -> tuple[str, generic.WgradOp] | None:

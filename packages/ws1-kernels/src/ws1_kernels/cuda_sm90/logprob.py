@@ -11,11 +11,12 @@ linear_logp: the forward is fused (``ws1_sm90.linear_logp_fwd``, csrc/sm90/linea
 epilogue (det_gemm's wgmma mainloop on a tile from its own M table, ``FUSED_BUCKETS``: every tile holds the same
 values of a 128-wide vocab block in the same lanes, so the bits do not depend on it) reduces each row's 128-wide
 vocab block of fp32 logits, still in registers, to a (max, sum of exp) pair; a second kernel folds a row's pairs in
-ascending block order. The ``[T, V]`` fp32 logits are never written: the forward keeps ``lse`` only. The backward recomputes the
-logits with the same GEMM (``ws1_sm90.gemm_f32``: the same accumulators, stored unrounded) and splits ``dlogits``
+ascending block order. The ``[T, V]`` fp32 logits are never written: the forward keeps ``lse`` only. The backward
+recomputes the logits with the same GEMM (``ws1_sm90.gemm_f32``: the same accumulators, stored unrounded) and splits ``dlogits``
 into two bf16 halves with the generic kernel. dx is the Hopper GEMM again (each half times the weight with an fp32
-store, summed in fp32, rounded once); the weight gradient is the generic sample-block kernel. Its launches record
-this profile's id for the recompute and dx, and the generic id for the rest.
+store, summed in fp32, rounded once); the weight gradient is Hopper's own (``linear.hopper_wgrad``, over both halves)
+where the weight's dims are multiples of 128, the generic sample-block kernel otherwise. Its launches record this
+profile's id for the recompute and dx, the weight gradient's own id, and the generic id for the split.
 """
 
 from __future__ import annotations
