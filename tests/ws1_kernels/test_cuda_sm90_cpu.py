@@ -187,6 +187,17 @@ def test_the_weight_gradient_launches_one_variant_whatever_the_shape_or_batch(
     assert calls[0][-2:] == sm90.WGRAD_VARIANT == (1, 32)
 
 
+def test_linear_logp_and_the_gemm_share_one_weight_gradient_picker() -> None:
+    """linear_logp's backward picks through the same ``pick_wgrad`` as the GEMM: the Hopper kernel and its id for a
+    tile-multiple weight, the generic op with no id of its own (linear_logp's id names it) for another; the GEMM
+    gets its generic id there, the control that the id argument is what differs."""
+    hopper = generic.pick_wgrad(sm90.hopper_wgrad, torch.empty(256, 128), None)
+    other = generic.pick_wgrad(sm90.hopper_wgrad, torch.empty(136, 128), None)
+    assert hopper[0] == sm90.WGRAD_KERNEL and hopper[1] is sm90._wgrad_op
+    assert other == (None, generic._generic_wgrad)
+    assert sm90._DET_GEMM.wgrad_for(torch.empty(136, 128)) == (generic.DET_GEMM, generic._generic_wgrad)
+
+
 def test_a_gemm_falls_back_to_the_generic_weight_gradient() -> None:
     hopper = sm90._DET_GEMM.wgrad_for(torch.empty(256, 128))
     other = sm90._DET_GEMM.wgrad_for(torch.empty(136, 128))

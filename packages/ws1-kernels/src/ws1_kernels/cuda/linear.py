@@ -59,8 +59,19 @@ class Gemm:
 
     def wgrad_for(self, weight: torch.Tensor) -> tuple[str, WgradOp]:
         """The weight gradient that runs for ``weight``: (the id it records, its op)."""
-        own = self.wgrad(weight) if self.wgrad is not None else None
-        return own if own is not None else (self.wgrad_kernel, _generic_wgrad)
+        kernel, op = pick_wgrad(self.wgrad, weight, self.wgrad_kernel)
+        assert kernel is not None  # a str generic id gives a str
+        return kernel, op
+
+
+def pick_wgrad(
+    pick: WgradPick | None, weight: torch.Tensor, generic_id: str | None
+) -> tuple[str | None, WgradOp]:
+    """The weight gradient for ``weight``: the profile's own where ``pick`` gives one (by the weight's shape alone),
+    else the generic ``ws1.gemm_wgrad``; with the id to record, ``generic_id`` for the generic one (None where the
+    caller's own id already names it, as linear_logp's does). The one place that decides, for every caller."""
+    own = pick(weight) if pick is not None else None
+    return own if own is not None else (generic_id, _generic_wgrad)
 
 
 def wgrad_into_main_grad(

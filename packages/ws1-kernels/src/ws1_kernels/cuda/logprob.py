@@ -25,7 +25,7 @@ from ..launches import record
 from ..main_grad import check_main_grad
 from ..op_checks import check_targets
 from ._common import check_inputs
-from .linear import WgradPick, wgrad_into_main_grad
+from .linear import WgradPick, pick_wgrad, wgrad_into_main_grad
 
 KERNEL = "ws1.cuda.logp.rowwise"
 LINEAR_KERNEL = "ws1.cuda.linear_logp.vocabblock"
@@ -148,12 +148,12 @@ class _LinearLogp(torch.autograd.Function):
         elif do_dx:
             dx = torch.ops.ws1.gemm(hi, weight, False, lo)
         if do_dw:
-            own = ctx.f.wgrad(weight) if ctx.f.wgrad is not None else None
-            if own is None:
-                wgrad_into_main_grad(hi, x, weight, ctx.lctx, lo)
-            else:
-                record(own[0], "bwd")
-                wgrad_into_main_grad(hi, x, weight, ctx.lctx, lo, op=own[1])
+            kernel, op = pick_wgrad(
+                ctx.f.wgrad, weight, None
+            )  # the generic one is LINEAR_KERNEL's, recorded above
+            if kernel is not None:
+                record(kernel, "bwd")
+            wgrad_into_main_grad(hi, x, weight, ctx.lctx, lo, op=op)
         return dx, None, None, None, None
 
 
