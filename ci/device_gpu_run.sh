@@ -61,12 +61,14 @@ for s in "$@"; do
     # where nox -s gpu_sm90 puts them, so a later `nox ... --no-build` reuses them), every Hopper GPU test (marked sm90),
     # `ws1 bench --profile cuda_bf16_sm90` (HOPPER_BENCH_ARGS, default linear_logp and lm_head at 64, 512 and 4096
     # rows), then memcheck and racecheck over ci/sanitize_logp_sm90.py; one log each under $OUT/hopper-*.log
-    hopper) hb="$PWD/build/cuda-gpu_sm90"
+    # hopper-build: the build alone (for a call whose later steps need it: wgrad, or merged-2's reuse of it)
+    hopper|hopper-build) hb="$PWD/build/cuda-gpu_sm90"
             step hopper-build "${HOPPER_BUILD_LIMIT:-240}" bash -c "mkdir -p $hb/hopper && \
               TORCH_CUDA_ARCH_LIST='8.0;9.0a' WS1_MODULES=generic MAX_JOBS=8 python3 csrc/setup.py build_ext \
                 --build-lib $hb --build-temp $hb/tmp-generic & \
               TORCH_CUDA_ARCH_LIST='8.0;9.0a' WS1_MODULES=hopper MAX_JOBS=8 python3 csrc/setup.py build_ext \
                 --build-lib $hb/hopper --build-temp $hb/tmp-hopper & wait"
+            [ "$s" = hopper-build ] && continue
             hp="$hb:$hb/hopper:${PYTHONPATH:-}"
             step hopper-tests "${HOPPER_TESTS_LIMIT:-240}" env PYTHONPATH="$hp" python3 -m pytest -q -p no:cacheprovider \
               -rfE -m "gpu and sm90" tests/ws1_kernels
