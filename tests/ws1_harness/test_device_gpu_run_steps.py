@@ -17,8 +17,9 @@ DOC = REPO / "docs" / "gpu.md"
 
 
 def _script_steps(text: str) -> set[str]:
-    """The labels of the script's `case "$s" in` (four-space indented `name)` lines), less the catch-all."""
-    return set(re.findall(r"^    ([a-z0-9-]+)\)", text, flags=re.MULTILINE))
+    """The labels of the script's `case "$s" in` (four-space indented `name)` or `a|b)` lines), less the catch-all."""
+    labels = re.findall(r"^    ([a-z0-9|-]+)\)", text, flags=re.MULTILINE)
+    return {name for label in labels for name in label.split("|")}
 
 
 def _doc_steps(text: str) -> set[str]:
