@@ -20,10 +20,6 @@ from ws1_harness.verdict import freshness
 #: bundle folder, or "folder/profile" for one profile's files in it, -> why that evidence is behind the code (to be
 #: replaced by the next GPU run); every file a key covers must be stale, and only those files are exempt
 KNOWN_STALE: dict[str, str] = {
-    "merged-cuda-h100-522be1e/cuda_bf16_sm90": (
-        "the weight gradient's stage depth as a knob (csrc/sm90/wgrad_sm90.cu, ws1_sm90.wgrad's stage_rows) is "
-        "compile-checked and has not run on a GPU: the session that wrote it had no device time left"
-    ),
     "gpu-sm90-c7fbc8a": (
         "the 36-layer triton_cuda_bf16 chain and its run's matrix (kept as a chain companion: evidence_files."
         "CHAIN_COMPANIONS): 4b063e8 factored the candidates' backward launches into shared functions and added "
