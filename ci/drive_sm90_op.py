@@ -11,10 +11,11 @@ warm launch of the op's own kernel:
 ops: `linear_logp` (the fused forward: the GEMM with its log-sum-exp epilogue, then the fold of its partials),
 `gemm` (the lm_head GEMM of the M bucket `ws1_sm90.gemm` picks), `gemm_f32` (the fused forward's mainloop and tile
 with a plain fp32 store instead of its epilogue), `wgrad` (the weight gradient of an [N, K] weight over M rows of
-one sample, `--consumers` warpgroups a CTA, `--stage-rows` rows a stage, into a main_grad made outside the timing), `cublas_wgrad` (the peer
-a user would otherwise run for it: `dy.T @ x` through cuBLAS, bf16 out). It needs the Hopper module on the path
-and an sm_90 device; it prints the median time per call from CUDA events (with the profiler attached that figure is the
-profiler's, not the kernel's). Exit 0 after the calls, 2 on a bad argument or a missing module/device.
+one sample, `--consumers` warpgroups a CTA and `--stage-rows` rows a stage, by default the variant the wiring
+launches, into a main_grad made outside the timing), `cublas_wgrad` (the peer a user would otherwise run for it:
+`dy.T @ x` through cuBLAS, bf16 out). It needs the Hopper module on the path and an sm_90 device; it prints the
+median time per call from CUDA events (with the profiler attached that figure is the profiler's, not the
+kernel's). Exit 0 after the calls, 2 on a bad argument or a missing module/device.
 """
 
 from __future__ import annotations
@@ -50,6 +51,17 @@ def one_sample_table(m: int, device: Any) -> Any:
     return block_table(ctx, m, device)
 
 
+def wgrad_variant(consumers: int | None, stage_rows: int | None) -> tuple[int, int]:
+    """The weight gradient's variant to drive: each value given, else the wiring's (``WGRAD_VARIANT``), so that a
+    profile of the default is a profile of what runs."""
+    from ws1_kernels.cuda_sm90.linear import WGRAD_VARIANT
+
+    return (
+        WGRAD_VARIANT[0] if consumers is None else consumers,
+        WGRAD_VARIANT[1] if stage_rows is None else stage_rows,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser("drive_sm90_op", description=__doc__.splitlines()[0])
     p.add_argument("--op", choices=OPS, required=True)
@@ -57,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=151936, help="vocab (the GEMM's N)")
     p.add_argument("--k", type=int, default=4096, help="hidden (the GEMM's K)")
     p.add_argument("--iters", type=int, default=5)
-    p.add_argument("--consumers", type=int, default=1, choices=(1, 2), help="wgrad: warpgroups a CTA")
+    p.add_argument("--consumers", type=int, default=None, choices=(1, 2), help="wgrad: warpgroups a CTA")
     p.add_argument(
-        "--stage-rows", type=int, default=32, choices=(32, 64), help="wgrad: rows a pipeline stage"
+        "--stage-rows", type=int, default=None, choices=(32, 64), help="wgrad: rows a pipeline stage"
     )
     a = p.parse_args(argv)
     if min(a.m, a.n, a.k, a.iters) <= 0:
@@ -75,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if cuda_sm90.extension() is None or not torch.cuda.is_available():
         print(f"drive_sm90_op: {cuda_sm90.missing_reason() or 'no CUDA device'}", file=sys.stderr)
         return 2
+    consumers, stage_rows = wgrad_variant(a.consumers, a.stage_rows)
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(a.m, a.k, device="cuda", generator=g).to(torch.bfloat16)
     wgrad = "wgrad" in a.op  # the weight gradient's ops take dy, not the weight
@@ -94,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             table.n_blocks,
             main_grad,
             None,
-            a.consumers,
-            a.stage_rows,
+            consumers,
+            stage_rows,
         ),
         "cublas_wgrad": lambda: torch.mm(dy.t(), x),  # type: ignore[union-attr]
     }

@@ -3,16 +3,17 @@
 `ws1 bench` times the candidates a user runs (dx and dW together, the variant the wiring picks). Choosing that
 variant needs the kernel alone, every variant side by side, and the peer in the same process: this script. For
 each shape and row count it makes M rows of one sample (one sample-aligned block table), then times
-`ws1_sm90.wgrad` for each variant and `torch.mm(dy.t(), x)` (bf16 out) with `ws1 bench`'s own timer (`ws1_harness.run.bench.timing.make_timer`: the
-median of `triton.testing.do_bench`, the L2 flushed before each call). The op's time includes its gather.
+`ws1_sm90.wgrad` for each variant and `torch.mm(dy.t(), x)` (bf16 out) with `ws1 bench`'s own timer
+(`ws1_harness.run.bench.timing.make_timer`: the median of `triton.testing.do_bench`, the L2 flushed before each
+call). The op's time includes its gather.
 
-    python ci/wgrad_tiles_sm90.py --variant 1 --variant 2 --m 512 --m 4096 --out wgrad-tiles.json
+    python ci/wgrad_tiles_sm90.py --variant 1:32 --variant 2:64 --m 512 --m 4096 --out wgrad-tiles.json
 
 `--shape NAME:N:K` (repeatable; default the operator spec's bench shapes of lm_head and det_gemm at the 8B
 model's widths, as `ws1 bench` evaluates them), `--m` rows (repeatable; default 512 and 4096), `--variant C` or
-`C:S` (repeatable; default 1:32, the wired one, then 1:64 and 2:64): C consumer warpgroups, and, where the build's
-op has it, S rows a pipeline stage (`stage_rows`). Prints one line per shape and M, and
-writes the figures with the device, torch and the commit (`WS1_SOURCE_COMMIT`) to `--out` when given. Exit 0 after
+`C:S` (repeatable; default the wired variant, `WGRAD_VARIANT`, then 1:64 and 2:64): C consumer warpgroups, and,
+where the build's op has it, S rows a pipeline stage (`stage_rows`). Prints one line per shape and M, and writes
+the figures with the device, torch and the commit (`WS1_SOURCE_COMMIT`) to `--out` when given. Exit 0 after
 the runs, 2 on a bad argument (one line) or a missing module or device.
 """
 
@@ -94,6 +95,18 @@ def parse_variant(text: str) -> Variant:
     return Variant(consumers, stage_rows)
 
 
+#: the variants timed beside the wired one when no --variant is given
+OTHER_VARIANTS = ("1:64", "2:64")
+
+
+def default_variants() -> list[Variant]:
+    """The wiring's variant (``WGRAD_VARIANT``) first, then ``OTHER_VARIANTS`` less it."""
+    from ws1_kernels.cuda_sm90.linear import WGRAD_VARIANT
+
+    wired = Variant(*WGRAD_VARIANT)
+    return [wired, *(v for v in map(parse_variant, OTHER_VARIANTS) if v != wired)]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser("wgrad_tiles_sm90", description=__doc__.splitlines()[0])
     p.add_argument("--shape", action="append", default=None, help="NAME:N:K (repeatable)")
@@ -104,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
     a = p.parse_args(argv)
     try:
-        variants = [parse_variant(v) for v in (a.variant or ["1:32", "1:64", "2:64"])]
+        variants = [parse_variant(v) for v in a.variant] if a.variant else default_variants()
         ms = a.m or [512, 4096]
         if min(ms) <= 0 or a.warmup_ms < 0 or a.rep_ms <= 0:
             raise BadArgument(

@@ -26,6 +26,18 @@ def test_a_good_shape_passes_the_argument_check(capsys: pytest.CaptureFixture[st
     assert rc == 0 or (rc == 2 and err.startswith("drive_sm90_op: "))
 
 
+def test_the_weight_gradient_variant_defaults_to_the_wired_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No --consumers or --stage-rows: the wiring's variant, read from it (wired to another variant, the default
+    follows); the control: values given are kept."""
+    from ws1_kernels.cuda_sm90 import linear
+
+    assert drive.wgrad_variant(None, None) == linear.WGRAD_VARIANT
+    assert drive.wgrad_variant(2, 64) == (2, 64)
+    monkeypatch.setattr(linear, "WGRAD_VARIANT", (2, 64))
+    assert drive.wgrad_variant(None, None) == (2, 64)
+    assert drive.wgrad_variant(1, None) == (1, 64)
+
+
 def test_an_unknown_op_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
         drive.main(["--op", "bogus", "--m", "1"])

@@ -78,3 +78,15 @@ def test_the_default_shapes_are_the_operator_specs() -> None:
 
 def test_the_variant_labels_say_what_ran() -> None:
     assert tiles.parse_variant("2").label == "2wg" and tiles.parse_variant("1:32").label == "1wg/32"
+
+
+def test_the_default_variants_start_with_the_wired_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no --variant the wiring's own variant is timed first, once. The control: wired to another variant, the
+    defaults follow it, so they are read from the wiring, not copied."""
+    from ws1_kernels.cuda_sm90 import linear
+
+    variants = tiles.default_variants()
+    assert (variants[0].consumers, variants[0].stage_rows) == linear.WGRAD_VARIANT
+    assert len(set(variants)) == len(variants) >= 2
+    monkeypatch.setattr(linear, "WGRAD_VARIANT", (1, 64))
+    assert [v.label for v in tiles.default_variants()] == ["1wg/64", "2wg/64"]
