@@ -11,7 +11,9 @@
   bound once per specialisation;
 - `gemm_forward_raw`: the step path's GEMM (tile pick, cached plan, allocation, launch record, launch);
 - `step op linear`: the same through the profile's step op (`torch.ops.ws1_triton.linear`, a `torch.library`
-  definition with a CUDA kernel: dispatch);
+  definition with a CUDA kernel: dispatch); with the C++ step path built (`ws1_launch_ext`, docs/step.md) that
+  kernel is C++ and replays the recorded launch, and `step op linear, Python twin` times the Python path it
+  replaces (`torch.ops.ws1_triton.linear_py`) in the same process;
 - `custom_op linear`: the same wrapped as a `torch.library.custom_op` (how the step ops were defined before: its
   autograd wrapper and aliasing check run on every call), for comparison in the same process;
 - `candidate det_gemm`: the training candidate under no_grad (validation, layout context, then the same launch).
@@ -44,6 +46,7 @@ def _calls(dev: str, n: int, k: int) -> dict[str, object]:
     from ws1_kernels.context import LayoutContext
     from ws1_kernels.integrations.step import step_ops
     from ws1_kernels.triton_ops import gemm as G
+    from ws1_kernels.triton_ops import native
     from ws1_kernels.triton_ops._launch import launcher
 
     bf = torch.bfloat16
@@ -74,15 +77,26 @@ def _calls(dev: str, n: int, k: int) -> dict[str, object]:
         with torch.no_grad():
             return G.det_gemm(x, w, ctx)
 
+    twin = {}
+    if native.available():
+        twin["step op linear, Python twin"] = lambda: torch.ops.ws1_triton.linear_py(x, w)
     return {
         "torch.empty": lambda: torch.empty((m, n), dtype=bf, device=dev),
         "triton launch": raw_launch,
         "bound launch": bound_launch,
         "gemm_forward_raw": lambda: G.gemm_forward_raw(x, w),
         "step op linear": lambda: ops.linear(x, w),
+        **twin,
         "custom_op linear": lambda: custom_linear(x, w),
         "candidate det_gemm": candidate,
     }
+
+
+def _native_state() -> dict[str, object]:
+    """Whether the step ops ran their C++ path, and its counters (hits: replayed calls)."""
+    from ws1_kernels.triton_ops import native
+
+    return {"loaded": native.available(), **(native.stats() if native.available() else {})}
 
 
 def _profile(fn: object, calls: int) -> str:
@@ -129,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "method": "ws1_harness.run.bench.host.measure: median of bursts; issue = host, graph = device",
         "rows": rows,
+        "step_native": _native_state(),
         "raw_profile_tottime": profile,
     }
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")

@@ -19,7 +19,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 CSRC = REPO / "csrc"
 #: binding file (relative to csrc/) -> its extension's module name
-BINDINGS = {"ws1_ops.cpp": "ws1_cuda_ext", "sm90/ws1_sm90_ops.cpp": "ws1_cuda_sm90_ext"}
+BINDINGS = {
+    "ws1_ops.cpp": "ws1_cuda_ext",
+    "sm90/ws1_sm90_ops.cpp": "ws1_cuda_sm90_ext",
+    "launch/ws1_launch.cpp": "ws1_launch_ext",
+}
 GXX = shutil.which("g++")
 CUDA_INCLUDE = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
 

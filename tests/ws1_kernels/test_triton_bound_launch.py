@@ -286,3 +286,14 @@ def test_a_direct_launch_passes_the_flags_and_no_scratch(this_triton_direct: Non
     (call,) = c.run.calls  # the first call went through the stand-in JIT, the second straight to launch
     assert call[:13] == (4, 2, 1, 1234, "fn-handle", 0, 1, None, None, "packed", None, None, None)
     assert all(a is b for a, b in zip(call[13:17], args, strict=True)) and call[17:] == (16, True, 7)
+
+
+def test_a_capture_lists_each_launch_with_every_parameter_in_signature_order() -> None:
+    k, bl = _Kernel(), _launcher()
+    args = _args(BUF)
+    bl(k, (3,), args, {"BLOCK": 16, "num_warps": 4})  # before the capture: not listed
+    bl.capture = []
+    slow = bl(k, (5,), _args(BUF, n=48), {"BLOCK": 16, "num_warps": 4})  # Triton's path (a new key)
+    fast = bl(k, (3,), args, {"BLOCK": 16, "num_warps": 4})  # the bound path
+    assert [(c, g) for c, g, _ in bl.capture] == [(slow, (5,)), (fast, (3,))]
+    assert bl.capture[1][2] == (*args, 16, True, 7)  # the positional ones, then BLOCK and the defaults

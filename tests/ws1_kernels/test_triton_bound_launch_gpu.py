@@ -20,7 +20,7 @@ import torch  # noqa: E402
 from step_support import gpu_model, step_mismatches  # noqa: E402
 
 from ws1_kernels.integrations.step import step_ops  # noqa: E402
-from ws1_kernels.triton_ops import _launch, gemm  # noqa: E402
+from ws1_kernels.triton_ops import _launch, gemm, native  # noqa: E402
 from ws1_kernels.triton_ops._bound import BoundLauncher, LaunchMismatch  # noqa: E402
 
 PROFILE = "triton_cuda_bf16"
@@ -28,13 +28,19 @@ PROFILE = "triton_cuda_bf16"
 
 @pytest.fixture
 def checked() -> Iterator[BoundLauncher]:
-    """A fresh launcher in checked mode for the test, the process's own put back after."""
+    """A fresh launcher in checked mode for the test, the process's own put back after. The step ops' C++ path
+    (when built) is blocked meanwhile: its replays would bypass the launcher being checked."""
     previous = _launch._LAUNCHER
     _launch._LAUNCHER = BoundLauncher("checked")
+    blocked = native.available()
+    if blocked:
+        torch.ops.ws1_launch.block(1)
     try:
         yield _launch._LAUNCHER
     finally:
         _launch._LAUNCHER = previous
+        if blocked:
+            torch.ops.ws1_launch.block(-1)
 
 
 @pytest.mark.parametrize("mode", ["eager", "graph"])

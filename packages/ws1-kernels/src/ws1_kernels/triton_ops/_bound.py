@@ -168,6 +168,9 @@ class BoundLauncher:
         #: counts of fast launches and of calls that went through Triton (tests read them)
         self.fast = 0
         self.slow = 0
+        #: when a list: every launch is appended as (compiled kernel, grid, every parameter's value in signature
+        #: order), for the C++ step path's recipes (``native.record``)
+        self.capture: list[tuple[Any, Any, tuple[Any, ...]]] | None = None
 
     def _bind_driver(self) -> None:
         import triton
@@ -233,6 +236,8 @@ class BoundLauncher:
                 gx, gy, gz, stream, bound.function, bound.packed_metadata, metadata, enter, leave, *full
             )
         self.fast += 1
+        if self.capture is not None:
+            self.capture.append((bound.compiled, grid, full))
         return bound.compiled
 
     def _slow(
@@ -246,8 +251,11 @@ class BoundLauncher:
         """Triton's own path; with a key, the compiled kernel it returns is bound for the next calls."""
         self.slow += 1
         compiled = kernel[grid](*args, **kwargs)
+        if compiled is not None and hasattr(compiled, "result"):
+            compiled = compiled.result()
+        if self.capture is not None:
+            self.capture.append((compiled, grid, args + argument_tail(kernel, args, kwargs)))
         if key is not None and compiled is not None:
-            compiled = compiled.result() if hasattr(compiled, "result") else compiled
             self._kernels[key[0]] = kernel
             if len(self.table) >= TABLE_MAX:
                 self.table.clear()

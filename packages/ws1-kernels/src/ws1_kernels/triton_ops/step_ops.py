@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from ..step_ops import StepOps
+from . import native
 from ._library import NAMESPACE, inference_op
 from .attention import slab_forward
 from .embedding import gather_launch
@@ -96,6 +97,9 @@ def logp(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """The selected token's log-probability of each row: ``[T,V], [T] -> fp32 [T]``."""
     return _logp_fwd(logits, targets, LOGP_TILES, "fwd")[0]
 
+
+if native.available():
+    native.enable()
 
 _ops = torch.ops.ws1_triton
 STEP_OPS = StepOps(

@@ -1,0 +1,284 @@
+"""The step ops' host path in C++ (``csrc/launch/ws1_launch.cpp``, module ``ws1_launch_ext``): loading it, and
+recording the recipes it replays.
+
+Why: a step op called from Python spent about 20 us of host time at M = 1 before its kernel (the dispatcher into
+Python, the output's allocation, the tile and plan lookups, Triton's launcher parsing the arguments and asking the
+driver about every pointer), against a kernel of about 10 us. With the module built, each step op's CUDA kernel is
+C++: it keys the call by everything the Python path could pick its launches by (each tensor's device, dtype, sizes,
+strides and 16-byte alignment, each float's bits), and on a hit allocates the output and calls ``cuLaunchKernel``
+with the recipe that the Python path recorded for that key. It launches the same compiled Triton kernels with the
+same grids and arguments, so the bits are the Python path's.
+
+How a recipe is recorded: on a miss the C++ kernel calls the op's Python twin (``ws1_triton::<op>_py``, the
+Python implementation) with a recipe pending on the thread. The twin runs the op while the bound launcher captures
+every Triton launch (compiled kernel, grid, full argument list) and a dispatch mode lists every aten op it calls;
+``recipe_for`` then maps each kernel parameter to an input, the output, or a constant. A key is kept Python-only
+(every call takes the twin) when the op did anything a replay would not redo: an aten op other than the output's
+allocation and views, a pointer that is neither an input nor the output (a scratch buffer), a kernel that needs
+Triton's scratch memory, a cluster, a cooperative or a PDL launch, or a parameter type outside i32/i64/fp32/pointer.
+The C++ side then checks each launch against the compiled kernel's own parameter list (count and sizes) before
+storing it.
+
+Off switches: ``WS1_STEP_NATIVE=0`` (the module is not loaded), and any ``WS1_TRITON_LAUNCH`` other than
+``fast``. While anything observes launches (``ws1_kernels.launches.observe``: the harness's judged calls) the path
+is blocked and every call takes the twin, so the launch records and Triton's launch hooks see every kernel. A
+Triton launch hook installed outside such an observation does not see the C++ path's launches.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+#: parameter kinds, as ``ws1_launch.cpp``'s ``Kind``
+KIND_INPUT, KIND_OUTPUT, KIND_I32, KIND_I64, KIND_F32, KIND_NULL = range(6)
+
+#: the step ops the C++ module implements (its ``TORCH_LIBRARY_IMPL(ws1_triton, CUDA)`` list)
+NATIVE_OPS = ("embedding", "norm", "linear", "rope", "attention", "swiglu", "logp")
+
+#: the module's import name (csrc/setup.py's ``launch`` module)
+EXTENSION = "ws1_launch_ext"
+
+#: Triton parameter types replayed as a 4-byte int, an 8-byte int, a float
+_I32 = frozenset({"i32", "u32"})
+_I64 = frozenset({"i64", "u64"})
+_F32 = frozenset({"fp32", "f32"})
+
+#: aten ops a replayable op may call besides its Triton launches: allocating the output, and views
+ALLOWED_ATEN = frozenset(
+    {
+        "aten.empty.memory_format",
+        "aten.empty_strided.default",
+        "aten.empty_like.default",
+        "aten.new_empty.default",
+        "aten.view.default",
+        "aten._unsafe_view.default",
+        "aten.alias.default",
+        "aten.detach.default",
+    }
+)
+
+_LOADED: bool | None = None
+_ENABLED = False
+
+
+def wanted() -> bool:
+    """Whether this process asks for the C++ path: ``WS1_STEP_NATIVE`` is not ``0``."""
+    return os.environ.get("WS1_STEP_NATIVE", "1").strip() != "0"
+
+
+def available() -> bool:
+    """Import the module once (which registers the step ops' CUDA kernels in C++); False when it is not built, not
+    wanted, or this torch has no CUDA."""
+    global _LOADED
+    if _LOADED is None:
+        _LOADED = False
+        if wanted() and torch.version.cuda is not None:
+            try:
+                __import__(EXTENSION)
+                _LOADED = True
+            except ImportError:
+                _LOADED = False
+    return _LOADED
+
+
+def enable() -> None:
+    """Open the C++ path (it starts blocked) when the launch mode is ``fast``, and block it around every launch
+    observation. Called once, after the step ops and their twins are defined."""
+    global _ENABLED
+    from .. import launches
+    from ._launch import launcher
+
+    if _ENABLED or launcher().mode != "fast":
+        return
+    _ENABLED = True
+    ops = torch.ops.ws1_launch
+    already_open = launches.set_observer_hook(lambda delta: ops.block(delta))
+    ops.block(already_open - 1)  # from blocked once (the module's start) to blocked once per open observation
+
+
+def stats() -> dict[str, int]:
+    """The C++ path's counters: hits (replayed), misses (recorded), python_only (calls of a non-replayable key),
+    recipes (keys stored), blocked (> 0: every call takes the twin)."""
+    hits, misses, python_only, recipes, blocked = torch.ops.ws1_launch.stats()
+    return {
+        "hits": hits,
+        "misses": misses,
+        "python_only": python_only,
+        "recipes": recipes,
+        "blocked": blocked,
+    }
+
+
+# ------------------------------------------------------------------------------------------- recording
+
+
+@dataclass
+class LaunchRecipe:
+    """One kernel launch as the C++ side replays it."""
+
+    function: int
+    grid: tuple[int, int, int]
+    block: int
+    shared: int
+    kinds: list[int] = field(default_factory=list)
+    values: list[int] = field(default_factory=list)
+
+
+class NotReplayable(Exception):
+    """The recorded call does something a replay would not redo; the message says what."""
+
+
+def _meta(compiled: Any, name: str, default: Any) -> Any:
+    return getattr(compiled.metadata, name, default)
+
+
+def _check_metadata(compiled: Any) -> None:
+    """Refuse a launch that Triton makes with more than a function, a grid, a block and shared memory."""
+    if _meta(compiled, "num_ctas", 1) != 1:
+        raise NotReplayable(f"num_ctas {_meta(compiled, 'num_ctas', 1)}")
+    cluster = tuple(_meta(compiled, "cluster_dims", (1, 1, 1)) or (1, 1, 1))
+    if any(c > 1 for c in cluster):
+        raise NotReplayable(f"cluster dims {cluster}")
+    for flag in ("launch_cooperative_grid", "launch_pdl"):
+        if _meta(compiled, flag, False):
+            raise NotReplayable(flag)
+    for scratch in ("global_scratch_size", "profile_scratch_size"):
+        if _meta(compiled, scratch, 0):
+            raise NotReplayable(f"{scratch} {_meta(compiled, scratch, 0)}")
+    if not isinstance(getattr(compiled, "function", None), int) or not compiled.function:
+        raise NotReplayable("no loaded function handle")
+
+
+def _signature_types(compiled: Any) -> list[str]:
+    """The kernel's parameter types in order (``constexpr`` for a compile-time one, a specialised 1 included)."""
+    sig = compiled.src.signature
+    return [str(t) for t in (sig.values() if isinstance(sig, dict) else sig)]
+
+
+def _pointer_kind(value: Any, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> tuple[int, int]:
+    if value is None:
+        return KIND_NULL, 0
+    if not isinstance(value, torch.Tensor):
+        raise NotReplayable(f"a pointer parameter is a {type(value).__name__}")
+    ptr = value.data_ptr()
+    if ptr == out.data_ptr():
+        return KIND_OUTPUT, 0
+    hits = [i for i, t in enumerate(inputs) if t.data_ptr() == ptr]
+    if len(hits) != 1:
+        raise NotReplayable(
+            "a pointer parameter is neither an input nor the output"
+            if not hits
+            else f"a pointer parameter is inputs {hits} at once"
+        )
+    return KIND_INPUT, hits[0]
+
+
+def recipe_for(
+    compiled: Any, grid: Sequence[int], args: Sequence[Any], inputs: Sequence[torch.Tensor], out: torch.Tensor
+) -> LaunchRecipe:
+    """The replay of one captured launch: ``compiled`` (Triton's compiled kernel), its ``grid``, and ``args``, the
+    value of every kernel parameter in signature order. Raises ``NotReplayable``."""
+    _check_metadata(compiled)
+    types = _signature_types(compiled)
+    if len(types) != len(args):
+        raise NotReplayable(f"{len(args)} arguments for {len(types)} parameters")
+    if not 1 <= len(grid) <= 3 or not all(isinstance(g, int) for g in grid):
+        raise NotReplayable(f"grid {tuple(grid)!r}")
+    g = (*grid, 1, 1)[:3]
+    rec = LaunchRecipe(
+        int(compiled.function),
+        (g[0], g[1], g[2]),
+        32 * int(compiled.metadata.num_warps),
+        int(compiled.metadata.shared),
+    )
+    for ty, value in zip(types, args, strict=True):
+        if ty == "constexpr":
+            continue
+        if ty.startswith("*"):
+            kind, v = _pointer_kind(value, inputs, out)
+        elif ty in _I32 or ty in _I64:
+            if type(value) is not int:
+                raise NotReplayable(f"an {ty} parameter is a {type(value).__name__}")
+            kind, v = (KIND_I32 if ty in _I32 else KIND_I64), value
+        elif ty in _F32:
+            if type(value) not in (int, float):
+                raise NotReplayable(f"an {ty} parameter is a {type(value).__name__}")
+            kind, v = KIND_F32, struct.unpack("<I", struct.pack("<f", float(value)))[0]
+        else:
+            raise NotReplayable(f"parameter type {ty}")
+        rec.kinds.append(kind)
+        rec.values.append(v)
+    return rec
+
+
+class AtenWatch(torch.utils._python_dispatch.TorchDispatchMode):
+    """The aten ops a recorded call runs (by ``str(func)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def check_output(out: Any, inputs: Sequence[torch.Tensor], ops: Sequence[str]) -> None:
+    """The call's result is one fresh contiguous tensor, and it ran no aten op a replay would skip."""
+    extra = sorted({op for op in ops if op not in ALLOWED_ATEN})
+    if extra:
+        raise NotReplayable(f"it runs {', '.join(extra)}")
+    if not isinstance(out, torch.Tensor):
+        raise NotReplayable(f"its result is a {type(out).__name__}")
+    if not out.is_contiguous() or out.numel() == 0:
+        raise NotReplayable("its result is empty or not contiguous")
+    if any(out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() for t in inputs):
+        raise NotReplayable("its result shares an input's memory")
+
+
+def record(fn: Callable[..., torch.Tensor], args: tuple[Any, ...]) -> torch.Tensor:
+    """Run ``fn(*args)`` (a step op's Python implementation) for the pending key, and register what it launched."""
+    from ._launch import launcher
+
+    inputs = [a for a in args if isinstance(a, torch.Tensor)]
+    bound = launcher()
+    captured: list[tuple[Any, Any, tuple[Any, ...]]] = []
+    previous, bound.capture = bound.capture, captured
+    watch = AtenWatch()
+    try:
+        with watch:
+            out = fn(*args)
+    finally:
+        bound.capture = previous
+    ops = torch.ops.ws1_launch
+    try:
+        check_output(out, inputs, watch.ops)
+        recipes = [recipe_for(c, grid, full, inputs, out) for c, grid, full in captured]
+    except NotReplayable as e:
+        ops.commit(
+            list(out.shape) if isinstance(out, torch.Tensor) else [], torch.float32, len(inputs), str(e)
+        )
+        return out
+    for r in recipes:
+        ops.add_launch(r.function, list(r.grid), r.block, r.shared, r.kinds, r.values)
+    ops.commit(list(out.shape), out.dtype, len(inputs), "")
+    return out
+
+
+def twin(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """The CUDA kernel of ``ws1_triton::<op>_py``: ``fn``, recording a recipe when the C++ side asks for one."""
+
+    def impl(*args: Any) -> torch.Tensor:
+        if torch.ops.ws1_launch.pending():
+            return record(fn, args)
+        return fn(*args)
+
+    impl.__name__ = f"{getattr(fn, '__name__', 'op')}_py"
+    impl.__doc__ = fn.__doc__
+    return impl

@@ -1,0 +1,226 @@
+"""The recording side of the step ops' C++ path (`triton_ops.native`), on stand-ins for Triton's compiled kernel:
+what a captured launch becomes, and every reason a call is kept on the Python path.
+
+Each refusal has its control: the stand-in launch that `test_a_launch_maps_to_its_recipe` accepts, changed in one
+respect. The C++ replay itself (and its check against the kernel's own parameter list) runs on a GPU:
+`test_step_native_gpu.py`.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+
+from ws1_kernels import launches
+from ws1_kernels.triton_ops import native
+from ws1_kernels.triton_ops.native import (
+    KIND_F32,
+    KIND_I32,
+    KIND_I64,
+    KIND_INPUT,
+    KIND_NULL,
+    KIND_OUTPUT,
+    AtenWatch,
+    NotReplayable,
+    check_output,
+    recipe_for,
+)
+
+
+@dataclass(frozen=True)
+class _Meta:
+    num_warps: int = 4
+    shared: int = 1024
+    num_ctas: int = 1
+    cluster_dims: tuple[int, int, int] = (1, 1, 1)
+    launch_cooperative_grid: bool = False
+    launch_pdl: bool = False
+    global_scratch_size: int = 0
+    profile_scratch_size: int = 0
+
+
+SIGNATURE = {
+    "x": "*bf16",
+    "w": "*bf16",
+    "out": "*bf16",
+    "bias": "*fp32",
+    "m": "i32",
+    "one": "constexpr",
+    "k": "i64",
+    "eps": "fp32",
+    "BLOCK": "constexpr",
+}
+
+
+@dataclass
+class _Src:
+    signature: dict[str, str] = field(default_factory=lambda: dict(SIGNATURE))
+
+
+@dataclass
+class _Compiled:
+    metadata: _Meta = field(default_factory=_Meta)
+    src: _Src = field(default_factory=_Src)
+    function: Any = 0xABC
+
+
+X = torch.zeros(4, 8, dtype=torch.bfloat16)
+W = torch.zeros(16, 8, dtype=torch.bfloat16)
+OUT = torch.empty(4, 16, dtype=torch.bfloat16)
+
+
+def _args(**change: Any) -> list[Any]:
+    values = {"x": X, "w": W, "out": OUT, "bias": None, "m": 4, "one": 1, "k": 8, "eps": 1e-6, "BLOCK": 64}
+    values.update(change)
+    return list(values.values())
+
+
+def test_a_launch_maps_to_its_recipe() -> None:
+    r = recipe_for(_Compiled(), (7,), _args(), [X, W], OUT)
+    assert (r.function, r.grid, r.block, r.shared) == (0xABC, (7, 1, 1), 128, 1024)
+    assert r.kinds == [KIND_INPUT, KIND_INPUT, KIND_OUTPUT, KIND_NULL, KIND_I32, KIND_I64, KIND_F32]
+    eps_bits = struct.unpack("<I", struct.pack("<f", 1e-6))[0]
+    assert r.values == [0, 1, 0, 0, 4, 8, eps_bits]
+
+
+@pytest.mark.parametrize(
+    ("compiled", "match"),
+    [
+        (_Compiled(metadata=_Meta(global_scratch_size=256)), "global_scratch_size"),
+        (_Compiled(metadata=_Meta(profile_scratch_size=64)), "profile_scratch_size"),
+        (_Compiled(metadata=_Meta(cluster_dims=(2, 1, 1))), "cluster"),
+        (_Compiled(metadata=_Meta(num_ctas=2)), "num_ctas"),
+        (_Compiled(metadata=_Meta(launch_cooperative_grid=True)), "cooperative"),
+        (_Compiled(metadata=_Meta(launch_pdl=True)), "pdl"),
+        (_Compiled(function=None), "function handle"),
+        (_Compiled(src=_Src({**SIGNATURE, "k": "i8"})), "parameter type i8"),
+        (_Compiled(src=_Src({**SIGNATURE, "x": "tensordesc<bf16[64, 64]>"})), "parameter type tensordesc"),
+        (_Compiled(src=_Src({k: v for k, v in SIGNATURE.items() if k != "bias"})), "arguments for"),
+    ],
+)
+def test_a_launch_triton_makes_with_more_is_refused(compiled: _Compiled, match: str) -> None:
+    with pytest.raises(NotReplayable, match=match):
+        recipe_for(compiled, (7,), _args(), [X, W], OUT)
+
+
+@pytest.mark.parametrize(
+    ("args", "inputs", "match"),
+    [
+        (_args(bias=torch.zeros(16)), [X, W], "neither an input nor the output"),  # a scratch buffer
+        (_args(w=X), [X, X], "inputs \\[0, 1\\] at once"),
+        (_args(m=4.0), [X, W], "i32 parameter is a float"),
+        (_args(x=X.data_ptr()), [X, W], "pointer parameter is a int"),
+    ],
+)
+def test_an_argument_a_replay_cannot_rebuild_is_refused(
+    args: list[Any], inputs: list[torch.Tensor], match: str
+) -> None:
+    with pytest.raises(NotReplayable, match=match):
+        recipe_for(_Compiled(), (7,), args, inputs, OUT)
+
+
+def test_a_grid_that_is_not_ints_is_refused() -> None:
+    with pytest.raises(NotReplayable, match="grid"):
+        recipe_for(_Compiled(), (7, 2.0), _args(), [X, W], OUT)
+
+
+def test_a_fresh_output_and_allocations_alone_pass() -> None:
+    check_output(torch.empty(3, 4), [X, W], ["aten.empty.memory_format", "aten.view.default"])
+
+
+@pytest.mark.parametrize(
+    ("out", "ops", "match"),
+    [
+        (torch.empty(3, 4), ["aten.empty.memory_format", "aten.zero_.default"], "aten.zero_"),
+        (torch.empty(4, 3).t(), ["aten.empty.memory_format"], "not contiguous"),
+        (torch.empty(0, 4), ["aten.empty.memory_format"], "empty"),
+        (X.view(8, 4), ["aten.view.default"], "shares an input"),
+        ((OUT, OUT), [], "tuple"),
+    ],
+)
+def test_an_op_a_replay_would_not_redo_is_refused(out: Any, ops: list[str], match: str) -> None:
+    with pytest.raises(NotReplayable, match=match):
+        check_output(out, [X, W], ops)
+
+
+def test_the_watch_lists_the_aten_ops_a_call_runs() -> None:
+    with AtenWatch() as watch:
+        y = torch.empty(2, 3)
+        y.view(3, 2)
+    assert watch.ops == ["aten.empty.memory_format", "aten.view.default"]
+
+
+def test_an_observation_calls_the_hook_as_it_opens_and_closes() -> None:
+    seen: list[int] = []
+    try:
+        assert launches.set_observer_hook(seen.append) == 0
+        with launches.observe():
+            assert seen == [1]
+        assert seen == [1, -1]
+    finally:
+        launches.set_observer_hook(None)
+    with launches.observe():  # control: no hook, nothing called
+        pass
+    assert seen == [1, -1]
+
+
+def test_the_hook_counts_observations_already_open() -> None:
+    try:
+        with launches.observe(), launches.observe():
+            assert launches.set_observer_hook(lambda _d: None) == 2
+    finally:
+        launches.set_observer_hook(None)
+
+
+class _FakeRegistry:
+    """Stands for ``torch.ops.ws1_launch`` (the C++ module): a recipe is pending, and what Python registers."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[Any, ...]] = []
+        self.commits: list[tuple[Any, ...]] = []
+
+    def pending(self) -> bool:
+        return True
+
+    def add_launch(self, *a: Any) -> None:
+        self.launches.append(a)
+
+    def commit(self, *a: Any) -> str:
+        self.commits.append(a)
+        return a[-1]
+
+
+class _Launcher:
+    capture: list[Any] | None = None
+
+
+def _recorded(fn: Any, monkeypatch: pytest.MonkeyPatch) -> _FakeRegistry:
+    reg, bl = _FakeRegistry(), _Launcher()
+    monkeypatch.setattr(torch.ops, "ws1_launch", reg, raising=False)
+    monkeypatch.setattr("ws1_kernels.triton_ops._launch.launcher", lambda: bl)
+
+    def op(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype)
+        fn(x, w, out)
+        assert bl.capture is not None
+        bl.capture.append((_Compiled(), (3,), tuple(_args(x=x, w=w, out=out))))
+        return out
+
+    native.twin(op)(X, W)
+    return reg
+
+
+def test_a_recorded_call_registers_its_launches(monkeypatch: pytest.MonkeyPatch) -> None:
+    reg = _recorded(lambda x, w, out: None, monkeypatch)
+    assert len(reg.launches) == 1 and reg.launches[0][1] == [3, 1, 1]
+    assert reg.commits == [([4, 16], torch.bfloat16, 2, "")]
+
+
+def test_a_recorded_call_that_writes_elsewhere_stays_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    reg = _recorded(lambda x, w, out: out.zero_(), monkeypatch)  # an aten op a replay would skip
+    assert reg.launches == []
+    assert reg.commits[0][-1].startswith("it runs aten.zero_")
