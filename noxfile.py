@@ -654,9 +654,9 @@ def gpu_test_phases(name: str, builds: tuple[str, ...]) -> list[tuple[str, tuple
     compiles). That one never imports a test file marked `needs_build` (tests/conftest.py,
     `WS1_COLLECT_WITHOUT_BUILD`) nor sees the build folders: a module half-written by the compiler must not be
     loaded. The sm86 proxy session runs only the tests of its own build (the others do not depend on the session's
-    arch list, and an 8.6 build has no Hopper module)."""
+    arch list, and an 8.6 build has no Hopper module nor the step ops' C++ path, `launch_ext`)."""
     if name == "gpu_sm86":
-        return [("gpu and needs_build and not sm90", builds, False)]
+        return [("gpu and needs_build and not sm90 and not launch_ext", builds, False)]
     return [("gpu and not needs_build", (), True), ("gpu and needs_build", builds, False)]
 
 
@@ -715,9 +715,15 @@ def _add_build_jobs(runner: Any, name: str, out: Path, logs: Path) -> tuple[dict
     archs = CUDA_ARCH_LISTS[name]
     # the build script's own rule for which modules an arch list builds (its main() runs only as a script)
     wanted = _load_script("csrc/setup.py", "ws1_csrc_setup").wanted_modules(archs, "")
+    if name in LAUNCH_SESSIONS:
+        wanted = [*wanted, "launch"]
     for stale in out.glob("ws1_cuda_sm90_ext*.so"):  # an older build's Hopper module beside the generic one
         stale.unlink()
-    modules = {"generic": out, **({"hopper": out / "hopper"} if "hopper" in wanted else {})}
+    modules = {
+        "generic": out,
+        **({"hopper": out / "hopper"} if "hopper" in wanted else {}),
+        **({"launch": out / "launch"} if "launch" in wanted else {}),
+    }
     names: list[str] = []
     cpus = os.cpu_count() or 2
     for module in wanted:
@@ -725,8 +731,8 @@ def _add_build_jobs(runner: Any, name: str, out: Path, logs: Path) -> tuple[dict
         job = runner.add(
             load_gpu_jobs().Job(
                 name=f"build {module} ({archs})", log=logs / f"build-{module}.log", gpu=False,
-                cmd=[sys.executable, str(ROOT / "csrc" / "setup.py"), "build_ext", "--build-lib", str(lib),
-                     "--build-temp", str(out / f"tmp-{module}")],
+                cmd=[sys.executable, str(ROOT / "csrc" / (BUILD_SCRIPTS.get(module) or "setup.py")), "build_ext",
+                     "--build-lib", str(lib), "--build-temp", str(out / f"tmp-{module}")],
                 env={"TORCH_CUDA_ARCH_LIST": archs, "WS1_MODULES": module,
                      "MAX_JOBS": str(max(1, cpus // len(wanted)))},
             )
@@ -734,6 +740,14 @@ def _add_build_jobs(runner: Any, name: str, out: Path, logs: Path) -> tuple[dict
         names.append(job.name)
     return modules, tuple(names)
 
+
+#: the sessions that also build the step ops' C++ path (`launch`, ws1_launch_ext: host code, no arch list) into
+#: build/cuda-<session>/launch: the session that runs the Triton profile. Its GPU tests (`needs_build`) run the step
+#: ops on it; the Triton matrix never does (its judged calls are observed, which keeps the step ops on Python), so
+#: the profile's environment does not wait for it
+LAUNCH_SESSIONS = ("gpu_sm90",)
+#: a module built by its own script under csrc/ (every other module: csrc/setup.py with WS1_MODULES)
+BUILD_SCRIPTS = {"launch": "launch/setup.py"}
 
 #: the built module folders each GPU profile's environment sees (PYTHONPATH); a profile not named sees none
 PROFILE_MODULES: dict[str, tuple[str, ...]] = {
@@ -751,6 +765,8 @@ def split_modules(out: Path) -> dict[str, Path]:
         for so in hopper:
             so.replace(out / "hopper" / so.name)
         found["hopper"] = out / "hopper"
+    if (out / "launch").is_dir():
+        found["launch"] = out / "launch"
     return found
 
 

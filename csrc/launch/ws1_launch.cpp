@@ -12,8 +12,9 @@
 // With a recipe pending for this thread, the twin records its launches (triton_ops/native.py) and registers them:
 // add_launch per kernel, then commit. commit checks each launch's parameter list against the compiled kernel's own
 // (cuFuncGetParamInfo: count and sizes), so a recipe that disagrees with the kernel is stored as Python-only,
-// never launched. While anything observes launches (ws1_kernels.launches.observe, Triton's launch hooks) Python
-// blocks this path, so the harness always sees the Python path's records and hooks.
+// never launched. While any launch log is open (ws1_kernels.launches.observe, in any thread: the list of open logs is
+// handed over by native.enable() and read here under the GIL) every call takes the Python path, so the harness's
+// observations always see the Python path's records and Triton's launch hooks.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -120,8 +121,17 @@ Table& table() {
   return t;
 }
 
-// > 0 while anything observes launches (Python counts the open observations), or while the path is off
-std::atomic<int64_t> g_blocked{1};  // off until Python turns it on (native.py enable())
+// > 0 while the path is off: it starts off until Python turns it on (native.py enable()); tests block it too
+std::atomic<int64_t> g_blocked{1};
+// ws1_kernels.launches._GLOBAL: the launch logs open in every thread (a Python list, kept alive for the process)
+PyObject* g_open_logs = nullptr;
+
+// Whether any launch log is open: one read of the list's length under the GIL (the op may run with it released)
+bool observed() {
+  if (g_open_logs == nullptr) return false;
+  pybind11::gil_scoped_acquire gil;
+  return PyList_GET_SIZE(g_open_logs) > 0;
+}
 std::atomic<int64_t> g_hits{0}, g_misses{0}, g_python_only{0};
 
 // The recipe this thread is recording: set around the redispatch of a miss, filled by add_launch and commit.
@@ -194,7 +204,7 @@ Tensor run(const Recipe& r, const std::vector<Tensor>& ins) {
 // The fast path of one op: the recipe's launch on a hit, else `slow` (the Python twin), recording on a miss.
 template <class Slow>
 Tensor fast(int64_t op, const std::vector<Tensor>& ins, std::initializer_list<double> scalars, Slow&& slow) {
-  if (g_blocked.load(std::memory_order_relaxed) > 0 || t_pending.active) return slow();
+  if (g_blocked.load(std::memory_order_relaxed) > 0 || t_pending.active || observed()) return slow();
   Key key;
   key.reserve(8 + 16 * ins.size());
   key.push_back(op);
@@ -360,6 +370,12 @@ std::string commit(std::vector<int64_t> out_shape, at::ScalarType out_dtype, int
 
 void block(int64_t delta) { g_blocked.fetch_add(delta, std::memory_order_relaxed); }
 
+void watch(const pybind11::list& open_logs) {
+  TORCH_CHECK(g_open_logs == nullptr, "ws1_launch_ext.watch: the open launch logs are already watched");
+  Py_INCREF(open_logs.ptr());
+  g_open_logs = open_logs.ptr();
+}
+
 std::vector<int64_t> stats() {
   std::shared_lock<std::shared_mutex> read(table().lock);
   return {g_hits.load(), g_misses.load(), g_python_only.load(), static_cast<int64_t>(table().recipes.size()),
@@ -404,4 +420,5 @@ TORCH_LIBRARY_IMPL(ws1_triton, CUDA, m) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "the step ops' host path in C++; importing this module registers their CUDA kernels and ws1_launch.*";
+  m.def("watch", &watch, "the list of open launch logs (ws1_kernels.launches._GLOBAL): any open log blocks replays");
 }

@@ -20,6 +20,12 @@ from ws1_harness.verdict import freshness
 #: bundle folder, or "folder/profile" for one profile's files in it, -> why that evidence is behind the code (to be
 #: replaced by the next GPU run); every file a key covers must be stale, and only those files are exempt
 KNOWN_STALE: dict[str, str] = {
+    "merged-h100-67c0aa7/triton_cuda_bf16": (
+        "the Triton matrix at 67c0aa7: the step ops' C++ host path (csrc/launch/, triton_ops/native.py) and the "
+        "bound launcher's capture list came after it. The kernels, tiles and judged calls are unchanged (a judged "
+        "call is observed, which keeps the step ops on Python), but no matrix has run since: the next merged run "
+        "replaces it"
+    ),
     "gpu-sm90-c7fbc8a": (
         "the 36-layer triton_cuda_bf16 chain and its run's matrix (kept as a chain companion: evidence_files."
         "CHAIN_COMPANIONS): 4b063e8 factored the candidates' backward launches into shared functions and added "
@@ -110,6 +116,22 @@ def test_a_planted_kernel_edit_is_stale_and_named(toy_repo: tuple[Path, str]) ->
     assert "csrc/kernels/norm.cu" in st.message() and commit[:12] in st.message()
     # the same edit does not touch the Triton profile's sources
     assert freshness.check(root, "ev.json", "triton_cuda_bf16", commit).changed == ()
+
+
+def test_the_step_ops_cpp_path_stales_the_triton_profile_alone(toy_repo: tuple[Path, str]) -> None:
+    root, commit = toy_repo
+    src = root / "csrc" / "launch" / "ws1_launch.cpp"
+    src.parent.mkdir()
+    src.write_text("// the C++ step path\n")
+    _git(root, "add", "-A")  # a new file counts once it is tracked
+    assert freshness.check(root, "ev.json", "triton_cuda_bf16", commit).changed == (
+        "csrc/launch/ws1_launch.cpp",
+    )
+    for profile in ("cuda_bf16", "cuda_bf16_sm90"):  # control: not in either CUDA module
+        assert freshness.check(root, "ev.json", profile, commit).changed == ()
+    # and a generic kernel stales the Hopper profile, which runs it beside its own
+    (root / "csrc" / "kernels" / "norm.cu").write_text("// v2\n")
+    assert freshness.check(root, "ev.json", "cuda_bf16_sm90", commit).changed == ("csrc/kernels/norm.cu",)
 
 
 def test_a_floor_edit_stales_every_profile(toy_repo: tuple[Path, str]) -> None:

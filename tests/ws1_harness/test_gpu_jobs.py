@@ -255,7 +255,7 @@ def test_the_sm90_session_tests_everything_once(noxfile: ModuleType) -> None:
 
 def test_the_proxy_session_tests_only_its_own_build(noxfile: ModuleType) -> None:
     phases = noxfile.gpu_test_phases("gpu_sm86", ("build generic",))
-    assert phases == [("gpu and needs_build and not sm90", ("build generic",), False)]
+    assert phases == [("gpu and needs_build and not sm90 and not launch_ext", ("build generic",), False)]
 
 
 class _Recorder:
@@ -268,7 +268,7 @@ class _Recorder:
 
 
 @pytest.mark.parametrize(
-    ("session", "modules"), [("gpu_sm90", ["generic", "hopper"]), ("gpu_sm86", ["generic"])]
+    ("session", "modules"), [("gpu_sm90", ["generic", "hopper", "launch"]), ("gpu_sm86", ["generic"])]
 )
 def test_each_module_builds_in_its_own_folder(
     noxfile: ModuleType, tmp_path: Path, session: str, modules: list[str]

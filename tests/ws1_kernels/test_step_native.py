@@ -9,6 +9,7 @@ respect. The C++ replay itself (and its check against the kernel's own parameter
 from __future__ import annotations
 
 import struct
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,26 +155,21 @@ def test_the_watch_lists_the_aten_ops_a_call_runs() -> None:
     assert watch.ops == ["aten.empty.memory_format", "aten.view.default"]
 
 
-def test_an_observation_calls_the_hook_as_it_opens_and_closes() -> None:
+def test_every_open_launch_log_is_in_the_list_the_cpp_path_reads() -> None:
+    """The C++ path blocks its replays while ``launches._GLOBAL`` is not empty (``native.enable`` hands it over):
+    an observation in any thread must be in that list while open, and out of it once closed (the control)."""
     seen: list[int] = []
-    try:
-        assert launches.set_observer_hook(seen.append) == 0
+
+    def other_thread() -> None:
         with launches.observe():
-            assert seen == [1]
-        assert seen == [1, -1]
-    finally:
-        launches.set_observer_hook(None)
-    with launches.observe():  # control: no hook, nothing called
-        pass
-    assert seen == [1, -1]
+            seen.append(len(launches._GLOBAL))
 
-
-def test_the_hook_counts_observations_already_open() -> None:
-    try:
-        with launches.observe(), launches.observe():
-            assert launches.set_observer_hook(lambda _d: None) == 2
-    finally:
-        launches.set_observer_hook(None)
+    with launches.observe():
+        assert len(launches._GLOBAL) == 1
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    assert seen == [2] and launches._GLOBAL == []
 
 
 class _FakeRegistry:

@@ -14,7 +14,7 @@ recorded at the launch sites with what the profile declares.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -52,32 +52,12 @@ def observe() -> Iterator[LaunchLog]:
     _stack().append(log)
     with _lock:
         _GLOBAL.append(log)
-        hook = _observer_hook
-    if hook is not None:
-        hook(1)
     try:
         yield log
     finally:
         _stack().remove(log)
         with _lock:
             _GLOBAL.remove(log)
-            hook = _observer_hook
-        if hook is not None:
-            hook(-1)
-
-
-#: called with +1 as an observation opens and -1 as it closes (the C++ step path blocks itself while any is open:
-#: its launches bypass the records, see triton_ops/native.py); at most one
-_observer_hook: Callable[[int], None] | None = None
-
-
-def set_observer_hook(hook: Callable[[int], None] | None) -> int:
-    """Install (or, with None, remove) the observation hook; returns how many observations were open then (they
-    will call it with -1 as they close, so the caller counts them in)."""
-    global _observer_hook
-    with _lock:
-        _observer_hook = hook
-        return len(_GLOBAL)
 
 
 # Autograd runs a CPU backward in the thread that called ``backward()``, but a device backward runs in one of

@@ -31,10 +31,20 @@ FLOORS: tuple[str, ...] = tuple(
 )
 #: the files behind each profile's evidence (a profile not named here cannot be judged fresh: an error)
 PROFILE_SOURCES: dict[str, tuple[str, ...]] = {
-    "triton_cuda_bf16": (f"{_KERNELS}/triton_ops",),
+    # the Triton kernels and launch path, and the step ops' C++ host path (csrc/launch/, its own module)
+    "triton_cuda_bf16": (f"{_KERNELS}/triton_ops", "csrc/launch"),
     # the generic build: csrc/ less the Hopper kernels (csrc/sm90/ builds into another module)
     "cuda_bf16": ("csrc/kernels", "csrc/ws1_ops.cpp", "csrc/binding.h", "csrc/setup.py", f"{_KERNELS}/cuda"),
-    "cuda_bf16_sm90": ("csrc", f"{_KERNELS}/cuda", f"{_KERNELS}/cuda_sm90"),
+    # both modules of csrc/setup.py (the Hopper profile runs the generic kernels beside its own)
+    "cuda_bf16_sm90": (
+        "csrc/kernels",
+        "csrc/sm90",
+        "csrc/ws1_ops.cpp",
+        "csrc/binding.h",
+        "csrc/setup.py",
+        f"{_KERNELS}/cuda",
+        f"{_KERNELS}/cuda_sm90",
+    ),
     "native_torch": (f"{_KERNELS}/native.py",),
     "portable_cpu": (f"{_KERNELS}/portable",),
 }

@@ -21,7 +21,8 @@ storing it.
 
 Off switches: ``WS1_STEP_NATIVE=0`` (the module is not loaded), and any ``WS1_TRITON_LAUNCH`` other than
 ``fast``. While anything observes launches (``ws1_kernels.launches.observe``: the harness's judged calls) the path
-is blocked and every call takes the twin, so the launch records and Triton's launch hooks see every kernel. A
+is blocked and every call takes the twin (the C++ kernel reads the length of the list of open logs,
+``launches._GLOBAL``, under the GIL), so the launch records and Triton's launch hooks see every kernel. A
 Triton launch hook installed outside such an observation does not see the C++ path's launches.
 """
 
@@ -88,8 +89,9 @@ def available() -> bool:
 
 
 def enable() -> None:
-    """Open the C++ path (it starts blocked) when the launch mode is ``fast``, and block it around every launch
-    observation. Called once, after the step ops and their twins are defined."""
+    """Open the C++ path (it starts blocked) when the launch mode is ``fast``, handing it the list of open launch
+    logs (``launches._GLOBAL``: every thread's ``observe()`` blocks, see the module's docstring). Called once,
+    after the step ops and their twins are defined."""
     global _ENABLED
     from .. import launches
     from ._launch import launcher
@@ -97,9 +99,8 @@ def enable() -> None:
     if _ENABLED or launcher().mode != "fast":
         return
     _ENABLED = True
-    ops = torch.ops.ws1_launch
-    already_open = launches.set_observer_hook(lambda delta: ops.block(delta))
-    ops.block(already_open - 1)  # from blocked once (the module's start) to blocked once per open observation
+    __import__(EXTENSION).watch(launches._GLOBAL)
+    torch.ops.ws1_launch.block(-1)
 
 
 def stats() -> dict[str, int]:
