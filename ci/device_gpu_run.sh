@@ -94,6 +94,11 @@ for s in "$@"; do
                 --launch-skip "$skip" --launch-count 1 python3 ci/drive_sm90_op.py --op "$op" --m 4096 --iters 4 \
                 ${WGRAD_NCU_ARGS:-}
             done ;;
+    # the step ops' C++ host path (docs/step.md): build ws1_launch_ext into build/launch and put it on the path of
+    # every later step of the call, so `bench`, `chain` and `host` run the step ops replayed (without it: Python)
+    launch) step launch-build "${LAUNCH_LIMIT:-180}" python3 csrc/launch/setup.py build_ext \
+              --build-lib "$PWD/build/launch" --build-temp "$PWD/build/tmp-launch"
+            export PYTHONPATH="$PWD/build/launch:${PYTHONPATH:-}" ;;
     # NOX_GLOBAL: nox's own flags (default --no-venv: one environment; empty: each profile in its own venv)
     nox)    step "${NOX_SESSION:-gpu_sm90}" "${NOX_LIMIT:-500}" python3 -m nox ${NOX_GLOBAL---no-venv} -s "${NOX_SESSION:-gpu_sm90}" -- ${NOX_ARGS:-} ;;
     # compute-sanitizer over one forward and one backward of every candidate of SANITIZE_PROFILE (cuda_bf16) at
