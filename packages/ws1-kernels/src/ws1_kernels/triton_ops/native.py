@@ -17,7 +17,8 @@ every Triton launch (compiled kernel, grid, full argument list) and a dispatch m
 allocation and views, a pointer that is neither an input nor the output (a scratch buffer), a kernel that needs
 Triton's scratch memory, a cluster, a cooperative or a PDL launch, or a parameter type outside i32/i64/fp32/pointer.
 The C++ side then checks each launch against the compiled kernel's own parameter list (count and sizes) before
-storing it.
+storing it. A recipe is kept for the process: this holds because the step ops pick their launches from the key
+alone (frozen tile tables, the device's SM count), never from the tensors' values or a setting changed later.
 
 Off switches: ``WS1_STEP_NATIVE=0`` (the module is not loaded), and any ``WS1_TRITON_LAUNCH`` other than
 ``fast``. While anything observes launches (``ws1_kernels.launches.observe``: the harness's judged calls) the path
@@ -42,7 +43,7 @@ KIND_INPUT, KIND_OUTPUT, KIND_I32, KIND_I64, KIND_F32, KIND_NULL = range(6)
 #: the step ops the C++ module implements (its ``TORCH_LIBRARY_IMPL(ws1_triton, CUDA)`` list)
 NATIVE_OPS = ("embedding", "norm", "linear", "rope", "attention", "swiglu", "logp")
 
-#: the module's import name (csrc/setup.py's ``launch`` module)
+#: the module's import name (built by ``csrc/launch/setup.py``)
 EXTENSION = "ws1_launch_ext"
 
 #: Triton parameter types replayed as a 4-byte int, an 8-byte int, a float
