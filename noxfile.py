@@ -726,6 +726,8 @@ def _add_build_jobs(runner: Any, name: str, out: Path, logs: Path) -> tuple[dict
     }
     names: list[str] = []
     cpus = os.cpu_count() or 2
+    # the compile jobs go to csrc/setup.py's modules: the launch module is one host file and takes no share
+    heavy = max(1, len([m for m in wanted if m not in BUILD_SCRIPTS]))
     for module in wanted:
         lib = modules[module]
         job = runner.add(
@@ -734,7 +736,7 @@ def _add_build_jobs(runner: Any, name: str, out: Path, logs: Path) -> tuple[dict
                 cmd=[sys.executable, str(ROOT / "csrc" / (BUILD_SCRIPTS.get(module) or "setup.py")), "build_ext",
                      "--build-lib", str(lib), "--build-temp", str(out / f"tmp-{module}")],
                 env={"TORCH_CUDA_ARCH_LIST": archs, "WS1_MODULES": module,
-                     "MAX_JOBS": str(max(1, cpus // len(wanted)))},
+                     "MAX_JOBS": str(max(1, cpus // heavy))},
             )
         )  # fmt: skip
         names.append(job.name)

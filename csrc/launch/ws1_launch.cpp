@@ -139,7 +139,6 @@ struct Pending {
   bool active = false;
   Key key;
   std::vector<Launch> launches;
-  std::string refused;  // why the last commit of this thread was stored Python-only ("" when accepted)
 };
 thread_local Pending t_pending;
 std::mutex g_reason_lock;
@@ -228,7 +227,7 @@ Tensor fast(int64_t op, const std::vector<Tensor>& ins, std::initializer_list<do
     }
   }
   g_misses.fetch_add(1, std::memory_order_relaxed);
-  t_pending = Pending{true, std::move(key), {}, ""};
+  t_pending = Pending{true, std::move(key), {}};
   struct Clear {
     ~Clear() {
       t_pending.active = false;
@@ -399,7 +398,6 @@ void clear() {
 
 // the registry's own ops take no tensor, so each is one catch-all kernel (no dispatch key to pick by)
 TORCH_LIBRARY(ws1_launch, m) {
-  m.def("pending() -> bool", &pending);
   m.def("add_launch(int function, int[] grid, int block, int shared, int[] kinds, int[] values) -> ()", &add_launch);
   m.def("commit(int[] out_shape, ScalarType out_dtype, int n_inputs, str reason) -> str", &commit);
   m.def("block(int delta) -> ()", &block);
@@ -420,5 +418,7 @@ TORCH_LIBRARY_IMPL(ws1_triton, CUDA, m) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "the step ops' host path in C++; importing this module registers their CUDA kernels and ws1_launch.*";
+  // a plain function, not an op: the Python twin asks on every call, and a dispatcher round trip would cost more
+  m.def("pending", &pending, "whether this thread is recording a recipe (the twin then records its launches)");
   m.def("watch", &watch, "the list of open launch logs (ws1_kernels.launches._GLOBAL): any open log blocks replays");
 }

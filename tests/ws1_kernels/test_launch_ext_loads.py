@@ -45,7 +45,7 @@ import ws1_launch_ext
 from ws1_kernels import launches
 ops, out = torch.ops.ws1_launch, {}
 out["start"] = ops.stats()
-out["pending"] = ops.pending()
+out["pending"] = ws1_launch_ext.pending()
 ws1_launch_ext.watch(launches._GLOBAL)
 try:
     ws1_launch_ext.watch(launches._GLOBAL)

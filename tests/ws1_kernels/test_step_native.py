@@ -197,6 +197,7 @@ class _Launcher:
 def _recorded(fn: Any, monkeypatch: pytest.MonkeyPatch) -> _FakeRegistry:
     reg, bl = _FakeRegistry(), _Launcher()
     monkeypatch.setattr(torch.ops, "ws1_launch", reg, raising=False)
+    monkeypatch.setattr(native, "_pending", reg.pending)
     monkeypatch.setattr("ws1_kernels.triton_ops._launch.launcher", lambda: bl)
 
     def op(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

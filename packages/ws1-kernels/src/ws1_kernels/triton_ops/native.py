@@ -66,6 +66,8 @@ ALLOWED_ATEN = frozenset(
 )
 
 _LOADED: bool | None = None
+#: the imported module, once ``available()`` loaded it
+_MODULE: Any = None
 _ENABLED = False
 
 
@@ -77,12 +79,12 @@ def wanted() -> bool:
 def available() -> bool:
     """Import the module once (which registers the step ops' CUDA kernels in C++); False when it is not built, not
     wanted, or this torch has no CUDA."""
-    global _LOADED
+    global _LOADED, _MODULE
     if _LOADED is None:
         _LOADED = False
         if wanted() and torch.version.cuda is not None:
             try:
-                __import__(EXTENSION)
+                _MODULE = __import__(EXTENSION)
                 _LOADED = True
             except ImportError:
                 _LOADED = False
@@ -100,7 +102,7 @@ def enable() -> None:
     if _ENABLED or launcher().mode != "fast":
         return
     _ENABLED = True
-    __import__(EXTENSION).watch(launches._GLOBAL)
+    _MODULE.watch(launches._GLOBAL)
     torch.ops.ws1_launch.block(-1)
 
 
@@ -273,11 +275,17 @@ def record(fn: Callable[..., torch.Tensor], args: tuple[Any, ...]) -> torch.Tens
     return out
 
 
+def _pending() -> bool:
+    """Whether the C++ side is recording a recipe on this thread (the module's plain function: the twin asks on
+    every call, the Python-only keys' calls included, so not through the dispatcher)."""
+    return bool(_MODULE.pending())
+
+
 def twin(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """The CUDA kernel of ``ws1_triton::<op>_py``: ``fn``, recording a recipe when the C++ side asks for one."""
 
     def impl(*args: Any) -> torch.Tensor:
-        if torch.ops.ws1_launch.pending():
+        if _pending():
             return record(fn, args)
         return fn(*args)
 
