@@ -5,8 +5,10 @@
 // parsing the arguments and asking the driver about each pointer). Here the CUDA kernel of each step op is C++: it
 // keys the call by everything the Python path could pick its kernels by (each tensor's device, dtype, sizes,
 // strides and 16-byte alignment; each float's bits), finds the recipe that Python recorded for that key, allocates
-// the output with at::empty and calls cuLaunchKernel with the same compiled Triton kernel, grid, block, shared
-// memory and arguments. The bits cannot differ from the Python path: it is the same launch.
+// the output and the call's scratch buffers with at::empty and calls cuLaunchKernel with the same compiled Triton
+// kernels, grids, blocks, shared memory and arguments (a declared constant, such as rope's inverse-frequency table,
+// is passed from the reference the recipe keeps). The bits cannot differ from the Python path: it is the same
+// launch.
 //
 // A miss (or a key Python marked as not replayable) redispatches to the op's Python twin (ws1_triton::<op>_py).
 // With a recipe pending for this thread, the twin records its launches (triton_ops/native.py) and registers them:
@@ -75,11 +77,12 @@ std::string cu_error(CUresult rc) {
 // ------------------------------------------------------------------------------------------- recipes
 
 // Kinds of a kernel parameter; the numbers are the Python side's (triton_ops/native.py, KIND_*).
-enum Kind : int64_t { kInput = 0, kOutput = 1, kI32 = 2, kI64 = 3, kF32 = 4, kNull = 5 };
+enum Kind : int64_t { kInput = 0, kOutput = 1, kI32 = 2, kI64 = 3, kF32 = 4, kNull = 5, kScratch = 6, kConst = 7 };
 
 struct Param {
   Kind kind;
-  int64_t value;  // kInput: the input's index; kI32, kI64: the value; kF32: the float's bits
+  // kInput: the input's index; kScratch, kConst: the buffer's index; kI32, kI64: the value; kF32: the float's bits
+  int64_t value;
 };
 
 struct Launch {
@@ -96,6 +99,8 @@ struct Recipe {
   std::vector<Launch> launches;
   std::vector<int64_t> out_shape;
   at::ScalarType out_dtype = at::kFloat;
+  std::vector<int64_t> scratch_bytes;  // one fresh allocation each per call, as the Python path makes them
+  std::vector<Tensor> consts;          // tensors Python declared never written again; kept alive here
 };
 
 using Key = std::vector<int64_t>;
@@ -164,6 +169,9 @@ Tensor run(const Recipe& r, const std::vector<Tensor>& ins) {
   const c10::cuda::CUDAGuard guard(ins[0].device());
   const CUstream stream = c10::cuda::getCurrentCUDAStream(ins[0].device().index()).stream();
   Tensor out = at::empty(r.out_shape, ins[0].options().dtype(r.out_dtype));
+  std::vector<Tensor> scratch;  // freed after the launches are queued: the allocator orders reuse on the stream
+  scratch.reserve(r.scratch_bytes.size());
+  for (int64_t bytes : r.scratch_bytes) scratch.push_back(at::empty({bytes}, ins[0].options().dtype(at::kByte)));
   std::array<uint64_t, 64> words{};
   std::array<void*, 64> params{};
   for (const Launch& l : r.launches) {
@@ -184,6 +192,8 @@ Tensor run(const Recipe& r, const std::vector<Tensor>& ins) {
         }
         case kI64: words[n] = static_cast<uint64_t>(p.value); break;
         case kNull: words[n] = 0; break;
+        case kScratch: words[n] = reinterpret_cast<uint64_t>(scratch[p.value].data_ptr()); break;
+        case kConst: words[n] = reinterpret_cast<uint64_t>(r.consts[p.value].data_ptr()); break;
       }
       params[n] = &words[n];
       ++n;
@@ -301,7 +311,7 @@ void add_launch(int64_t function, std::vector<int64_t> grid, int64_t block, int6
            {},
            0};
   for (size_t i = 0; i < kinds.size(); ++i) {
-    TORCH_CHECK(kinds[i] >= kInput && kinds[i] <= kNull, "ws1_launch.add_launch: parameter ", i, " has kind ",
+    TORCH_CHECK(kinds[i] >= kInput && kinds[i] <= kConst, "ws1_launch.add_launch: parameter ", i, " has kind ",
                 kinds[i]);
     l.params.push_back(Param{static_cast<Kind>(kinds[i]), values[i]});
   }
@@ -310,14 +320,23 @@ void add_launch(int64_t function, std::vector<int64_t> grid, int64_t block, int6
 
 size_t param_size(Kind k) { return (k == kI32 || k == kF32) ? 4 : 8; }
 
+// Why a parameter names no buffer the recipe has ("" when each does).
+std::string check_indices(const Launch& l, size_t n_inputs, size_t n_scratch, size_t n_consts) {
+  for (const Param& p : l.params) {
+    const size_t limit = p.kind == kInput ? n_inputs : p.kind == kScratch ? n_scratch : n_consts;
+    const char* what = p.kind == kInput ? "input " : p.kind == kScratch ? "scratch buffer " : "constant ";
+    if ((p.kind == kInput || p.kind == kScratch || p.kind == kConst) &&
+        (p.value < 0 || static_cast<size_t>(p.value) >= limit))
+      return std::string("a parameter names ") + what + std::to_string(p.value);
+  }
+  return "";
+}
+
 // Why `l` cannot be launched as recorded ("" when it can); sets l.trailing from the kernel's parameter list.
-std::string check_against_kernel(Launch& l, size_t n_inputs) {
+std::string check_against_kernel(Launch& l) {
   const Driver& d = driver();
   if (d.launch == nullptr || d.param_info == nullptr) return "the driver has no cuLaunchKernel or cuFuncGetParamInfo";
   if (l.params.size() + 2 > 64) return "more than 62 parameters";
-  for (const Param& p : l.params)
-    if (p.kind == kInput && (p.value < 0 || static_cast<size_t>(p.value) >= n_inputs))
-      return "a parameter names input " + std::to_string(p.value);
   size_t declared = 0;
   for (;; ++declared) {
     size_t offset = 0, size = 0;
@@ -340,20 +359,37 @@ std::string check_against_kernel(Launch& l, size_t n_inputs) {
   return "";
 }
 
-// Store the pending recipe: its launches (checked against the kernels), or Python-only when `reason` is given or a
-// check fails. Returns "" when stored launchable, else why not.
-std::string commit(std::vector<int64_t> out_shape, at::ScalarType out_dtype, int64_t n_inputs, std::string reason) {
+// Why the call's buffers cannot be replayed ("" when they can).
+std::string check_buffers(const std::vector<int64_t>& scratch_bytes, const std::vector<Tensor>& consts) {
+  for (size_t i = 0; i < scratch_bytes.size(); ++i)
+    if (scratch_bytes[i] <= 0)
+      return "scratch buffer " + std::to_string(i) + " has " + std::to_string(scratch_bytes[i]) + " bytes";
+  for (size_t i = 0; i < consts.size(); ++i)
+    if (!consts[i].defined() || !consts[i].is_cuda()) return "constant " + std::to_string(i) + " is not a CUDA tensor";
+  return "";
+}
+
+// Store the pending recipe: its launches (checked against the kernels) with its scratch sizes and constants, or
+// Python-only when `reason` is given or a check fails. Returns "" when stored launchable, else why not.
+std::string commit(std::vector<int64_t> out_shape, at::ScalarType out_dtype, int64_t n_inputs,
+                   std::vector<int64_t> scratch_bytes, std::vector<Tensor> consts, std::string reason) {
   TORCH_CHECK(t_pending.active, "ws1_launch.commit: no recipe is being recorded on this thread");
   Recipe r;
   r.out_shape = std::move(out_shape);
   r.out_dtype = out_dtype;
   if (reason.empty() && t_pending.launches.empty()) reason = "no launch was recorded";
+  if (reason.empty()) reason = check_buffers(scratch_bytes, consts);
   for (Launch& l : t_pending.launches) {
     if (!reason.empty()) break;
-    reason = check_against_kernel(l, static_cast<size_t>(n_inputs));
+    reason = check_indices(l, static_cast<size_t>(n_inputs), scratch_bytes.size(), consts.size());
+    if (reason.empty()) reason = check_against_kernel(l);
   }
   r.python_only = !reason.empty();
-  if (!r.python_only) r.launches = std::move(t_pending.launches);
+  if (!r.python_only) {
+    r.launches = std::move(t_pending.launches);
+    r.scratch_bytes = std::move(scratch_bytes);
+    r.consts = std::move(consts);
+  }
   {
     std::unique_lock<std::shared_mutex> write(table().lock);
     table().recipes.emplace(t_pending.key, std::move(r));
@@ -396,10 +432,14 @@ void clear() {
 
 }  // namespace
 
-// the registry's own ops take no tensor, so each is one catch-all kernel (no dispatch key to pick by)
+// the registry's own ops are one catch-all kernel each (commit's constants are CUDA tensors, but the registry is
+// host bookkeeping whatever the device)
 TORCH_LIBRARY(ws1_launch, m) {
   m.def("add_launch(int function, int[] grid, int block, int shared, int[] kinds, int[] values) -> ()", &add_launch);
-  m.def("commit(int[] out_shape, ScalarType out_dtype, int n_inputs, str reason) -> str", &commit);
+  m.def(
+      "commit(int[] out_shape, ScalarType out_dtype, int n_inputs, int[] scratch_bytes, Tensor[] consts, str reason) "
+      "-> str",
+      &commit);
   m.def("block(int delta) -> ()", &block);
   m.def("stats() -> int[]", &stats);
   m.def("last_refusal() -> str", &last_refusal);

@@ -54,7 +54,7 @@ except RuntimeError as e:
     out["second_watch"] = str(e).splitlines()[0]
 ops.block(-1)
 out["opened"] = ops.stats()
-for name, call in (("commit", lambda: ops.commit([1], torch.float32, 1, "")),
+for name, call in (("commit", lambda: ops.commit([1], torch.float32, 1, [], [], "")),
                    ("add_launch", lambda: ops.add_launch(1, [1, 1, 1], 32, 0, [0], [0]))):
     try:
         call()

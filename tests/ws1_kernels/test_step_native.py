@@ -19,13 +19,16 @@ import torch
 from ws1_kernels import launches
 from ws1_kernels.triton_ops import native
 from ws1_kernels.triton_ops.native import (
+    KIND_CONST,
     KIND_F32,
     KIND_I32,
     KIND_I64,
     KIND_INPUT,
     KIND_NULL,
     KIND_OUTPUT,
+    KIND_SCRATCH,
     AtenWatch,
+    Buffers,
     NotReplayable,
     check_output,
     recipe_for,
@@ -111,7 +114,7 @@ def test_a_launch_triton_makes_with_more_is_refused(compiled: _Compiled, match: 
 @pytest.mark.parametrize(
     ("args", "inputs", "match"),
     [
-        (_args(bias=torch.zeros(16)), [X, W], "neither an input nor the output"),  # a scratch buffer
+        (_args(bias=torch.zeros(16)), [X, W], "neither an input, the output"),  # made outside the call
         (_args(w=X), [X, X], "inputs \\[0, 1\\] at once"),
         (_args(m=4.0), [X, W], "i32 parameter is a float"),
         (_args(x=X.data_ptr()), [X, W], "pointer parameter is a int"),
@@ -153,6 +156,54 @@ def test_the_watch_lists_the_aten_ops_a_call_runs() -> None:
         y = torch.empty(2, 3)
         y.view(3, 2)
     assert watch.ops == ["aten.empty.memory_format", "aten.view.default"]
+    assert [st.data_ptr() for st in watch.allocations] == [y.untyped_storage().data_ptr()]
+
+
+def test_a_cache_fill_is_not_listed() -> None:
+    """A one-time fill (rope's inverse-frequency table) is left out of the watch; the same ops outside are listed."""
+    with AtenWatch() as watch:
+        with native.cache_fill():
+            torch.arange(4, dtype=torch.float64).mul(2.0)
+        torch.arange(4, dtype=torch.float64)
+    assert watch.ops == ["aten.arange.default"] and watch.allocations == []
+
+
+def _scratch_call() -> tuple[torch.Tensor, Buffers]:
+    """A call's buffers as the watch sees them: the output and one 64-byte scratch buffer."""
+    with AtenWatch() as watch:
+        out = torch.empty(4, 16, dtype=torch.bfloat16)
+        torch.empty(16, dtype=torch.float32)
+    return out, Buffers(watch.allocations)
+
+
+def test_a_scratch_buffer_maps_to_one_index_shared_by_the_launches() -> None:
+    out, buffers = _scratch_call()
+    scratch = torch.empty(0).set_(
+        buffers.allocations[1]
+    )  # a tensor on the scratch storage, as a launch passes it
+    first = recipe_for(_Compiled(), (7,), _args(out=out, bias=scratch), [X, W], out, buffers)
+    second = recipe_for(_Compiled(), (7,), _args(out=out, bias=scratch), [X, W], out, buffers)
+    assert first.kinds[2:4] == second.kinds[2:4] == [KIND_OUTPUT, KIND_SCRATCH]
+    assert first.values[3] == second.values[3] == 0 and buffers.scratch_bytes() == [64]
+
+
+def test_a_pointer_into_a_scratch_buffer_past_its_start_is_refused() -> None:
+    out, buffers = _scratch_call()
+    scratch = torch.empty(0).set_(buffers.allocations[1])
+    with pytest.raises(NotReplayable, match="past its start"):
+        recipe_for(_Compiled(), (7,), _args(out=out, bias=scratch[1:]), [X, W], out, buffers)
+
+
+def test_a_declared_constant_maps_to_its_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table declared constant is passed from the recipe; the same tensor undeclared is refused (the control)."""
+    table = torch.zeros(16)
+    with pytest.raises(NotReplayable, match="neither"):
+        recipe_for(_Compiled(), (7,), _args(bias=table), [X, W], OUT, Buffers())
+    monkeypatch.setattr(native, "_CONSTANTS", {})
+    native.constant(table)
+    buffers = Buffers()
+    r = recipe_for(_Compiled(), (7,), _args(bias=table), [X, W], OUT, buffers)
+    assert (r.kinds[3], r.values[3]) == (KIND_CONST, 0) and buffers.consts == [table]
 
 
 def test_every_open_launch_log_is_in_the_list_the_cpp_path_reads() -> None:
@@ -214,10 +265,93 @@ def _recorded(fn: Any, monkeypatch: pytest.MonkeyPatch) -> _FakeRegistry:
 def test_a_recorded_call_registers_its_launches(monkeypatch: pytest.MonkeyPatch) -> None:
     reg = _recorded(lambda x, w, out: None, monkeypatch)
     assert len(reg.launches) == 1 and reg.launches[0][1] == [3, 1, 1]
-    assert reg.commits == [([4, 16], torch.bfloat16, 2, "")]
+    assert reg.commits == [([4, 16], torch.bfloat16, 2, [], [], "")]
+
+
+def test_a_recorded_call_registers_its_scratch_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """logp's shape of call: a second buffer (its log-sum-exp) allocated by the call and passed to the kernel."""
+    reg, bl = _FakeRegistry(), _Launcher()
+    monkeypatch.setattr(torch.ops, "ws1_launch", reg, raising=False)
+    monkeypatch.setattr(native, "_pending", reg.pending)
+    monkeypatch.setattr("ws1_kernels.triton_ops._launch.launcher", lambda: bl)
+
+    def op(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype)
+        lse = torch.empty(x.shape[0], dtype=torch.float32)
+        assert bl.capture is not None
+        bl.capture.append((_Compiled(), (3,), tuple(_args(x=x, w=w, out=out, bias=lse))))
+        return out
+
+    native.twin(op)(X, W)
+    assert reg.launches[0][4][3] == KIND_SCRATCH
+    assert reg.commits == [([4, 16], torch.bfloat16, 2, [16], [], "")]
 
 
 def test_a_recorded_call_that_writes_elsewhere_stays_python(monkeypatch: pytest.MonkeyPatch) -> None:
     reg = _recorded(lambda x, w, out: out.zero_(), monkeypatch)  # an aten op a replay would skip
     assert reg.launches == []
     assert reg.commits[0][-1].startswith("it runs aten.zero_")
+
+
+def _real_call(
+    op: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[torch.Tensor, list[torch.Tensor], Any, list[Any]]:
+    """The Python path of a step op that passes buffers besides its output (rope: the cos/sin table and the
+    inverse-frequency table, filled on this first call; logp: the log-sum-exp), with its launches stubbed: (out,
+    inputs, the watch, each launch's arguments)."""
+    from ws1_kernels.triton_ops import logprob, pointwise
+
+    launched: list[Any] = []
+
+    def fake_launch(kernel: Any, grid: Any, phase: str, *args: Any, **meta: Any) -> None:
+        launched.append(args)
+
+    monkeypatch.setattr(pointwise, "_INV_FREQ", {})
+    if op == "rope":
+        monkeypatch.setattr(pointwise, "launch", fake_launch)
+        inputs = [torch.zeros(3, 2, 8), torch.arange(3)]
+        call = lambda: pointwise.rope_launch(inputs[0], inputs[1], 1e6)  # noqa: E731
+    else:
+        monkeypatch.setattr(logprob, "launch", fake_launch)
+        inputs = [torch.zeros(3, 40), torch.tensor([0, 5, 39])]
+        call = lambda: logprob._logp_fwd(inputs[0], inputs[1], logprob.LOGP_TILES, "fwd")[0]  # noqa: E731
+    with AtenWatch() as watch:
+        out = call()
+    return out, inputs, watch, launched
+
+
+def _kinds(out: torch.Tensor, inputs: list[torch.Tensor], watch: Any, launched: list[Any]) -> list[int]:
+    buffers = Buffers(watch.allocations)
+    return [
+        native._pointer_kind(a, inputs, out, buffers)[0]
+        for args in launched
+        for a in args
+        if isinstance(a, torch.Tensor)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("op", "want"),
+    [
+        ("rope", [KIND_INPUT, KIND_CONST, KIND_SCRATCH, KIND_INPUT, KIND_OUTPUT, KIND_SCRATCH]),
+        ("logp", [KIND_INPUT, KIND_INPUT, KIND_OUTPUT, KIND_SCRATCH]),
+    ],
+)
+def test_rope_and_logp_pass_only_what_a_replay_rebuilds(
+    op: str, want: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Their calls allocate and launch, nothing else (the table's fill is a cache fill), and every pointer they
+    pass is an input, the output, a scratch buffer of the call or a declared constant."""
+    monkeypatch.setattr(native, "_CONSTANTS", {})
+    out, inputs, watch, launched = _real_call(op, monkeypatch)
+    check_output(out, inputs, watch.ops)
+    assert _kinds(out, inputs, watch, launched) == want
+
+
+def test_an_undeclared_table_keeps_rope_on_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: the same call with the inverse-frequency table not declared a constant is refused."""
+    monkeypatch.setattr(native, "_CONSTANTS", {})
+    monkeypatch.setattr(native, "constant", lambda t: t)
+    out, inputs, watch, launched = _real_call("rope", monkeypatch)
+    with pytest.raises(NotReplayable, match="neither an input, the output"):
+        _kinds(out, inputs, watch, launched)

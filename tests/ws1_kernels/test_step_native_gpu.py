@@ -2,8 +2,8 @@
 call gives its Python twin's bits, the step scenario (eager, compiled, graph) gives the packed forward's bits on
 replays, an observation takes the Python path, and a recipe that disagrees with the compiled kernel is refused.
 
-Needs the module built (``WS1_MODULES=launch python csrc/setup.py build_ext``) and on the path; the CPU side of the
-recording is `test_step_native.py`.
+Needs the module built (``python csrc/launch/setup.py build_ext --build-lib <dir>``) and on the path; the CPU side
+of the recording is `test_step_native.py`.
 """
 
 from __future__ import annotations
@@ -47,14 +47,12 @@ INPUTS: dict[str, Callable[[int], tuple[Any, ...]]] = {
     "norm": lambda m: (_bf(m, 4096, seed=m), _bf(4096, seed=2), 1e-6),
     "linear": lambda m: (_bf(m, 4096, seed=m), _bf(1024, 4096, seed=3)),
     "swiglu": lambda m: (_bf(m, 12288, seed=m), _bf(m, 12288, seed=m + 1)),
-}
-#: step ops the recording keeps on the Python path, and the reason it must give: rope computes its cos/sin table
-#: with aten ops (a replay would skip them), logp passes a log-sum-exp buffer besides its output to the kernel
-PYTHON_ONLY: dict[str, tuple[Callable[[int], tuple[Any, ...]], str]] = {
-    "rope": (lambda m: (_bf(m, 8, 128, seed=m), torch.arange(m, device="cuda"), 1e6), "it runs aten."),
-    "logp": (
-        lambda m: (_bf(m, 151936, seed=m), torch.randint(0, 151936, (m,), generator=_gen(m), device="cuda")),
-        "neither an input nor the output",
+    # rope passes its cos/sin table (a scratch buffer of the call) and the inverse-frequency table (a constant)
+    "rope": lambda m: (_bf(m, 8, 128, seed=m), torch.arange(m, device="cuda"), 1e6),
+    # logp passes its log-sum-exp buffer (scratch) besides the output
+    "logp": lambda m: (
+        _bf(m, 151936, seed=m),
+        torch.randint(0, 151936, (m,), generator=_gen(m), device="cuda"),
     ),
 }
 
@@ -82,17 +80,40 @@ def test_a_replay_gives_the_python_twin_bits(op: str, m: int) -> None:
     assert torch.equal(_bits(again), _bits(want)) and torch.equal(_bits(first), _bits(want))
 
 
-@pytest.mark.parametrize("op", sorted(PYTHON_ONLY))
-def test_an_op_a_replay_cannot_redo_stays_python(op: str) -> None:
-    make, reason = PYTHON_ONLY[op]
-    args = make(3)
-    getattr(OPS, op)(*args)
-    assert reason in torch.ops.ws1_launch.last_refusal()
+def _fresh_rope(m: int, theta: float) -> tuple[Any, ...]:
+    """rope at a key no other test uses (4 heads, its own theta), its tables not yet made."""
+    return (_bf(m, 4, 128, seed=m), torch.arange(m, device="cuda"), theta)
+
+
+def test_rope_replays_from_the_call_that_fills_its_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first call of a fresh key also fills the inverse-frequency table (host ops, a copy to the device): a
+    cache fill, whose table is a constant, so the key is still replayable."""
+    from ws1_kernels.triton_ops import pointwise
+
+    monkeypatch.setattr(pointwise, "_INV_FREQ", {})
+    args = _fresh_rope(9, 5e5)
+    OPS.rope(*args)
+    hits = native.stats()["hits"]
+    out = OPS.rope(*args)
+    assert native.stats()["hits"] == hits + 1, torch.ops.ws1_launch.last_refusal()
+    assert torch.equal(_bits(out), _bits(OPS.rope_py(*args)))
+
+
+def test_an_undeclared_table_keeps_rope_on_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control of the test above: the same fill with its table not declared a constant leaves a pointer the
+    recording cannot place, so the key stays on the Python path, with the same bits."""
+    from ws1_kernels.triton_ops import pointwise
+
+    monkeypatch.setattr(pointwise, "_INV_FREQ", {})
+    monkeypatch.setattr(native, "constant", lambda t: t)
+    args = _fresh_rope(7, 2.5e5)
+    OPS.rope(*args)
+    assert "neither an input, the output" in torch.ops.ws1_launch.last_refusal()
     before = native.stats()
-    out = getattr(OPS, op)(*args)
+    out = OPS.rope(*args)
     after = native.stats()
     assert (after["hits"], after["python_only"]) == (before["hits"], before["python_only"] + 1)
-    assert torch.equal(_bits(out), _bits(getattr(OPS, f"{op}_py")(*args)))
+    assert torch.equal(_bits(out), _bits(OPS.rope_py(*args)))
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled", "graph"])

@@ -11,11 +11,15 @@ same grids and arguments, so the bits are the Python path's.
 
 How a recipe is recorded: on a miss the C++ kernel calls the op's Python twin (``ws1_triton::<op>_py``, the
 Python implementation) with a recipe pending on the thread. The twin runs the op while the bound launcher captures
-every Triton launch (compiled kernel, grid, full argument list) and a dispatch mode lists every aten op it calls;
-``recipe_for`` then maps each kernel parameter to an input, the output, or a constant. A key is kept Python-only
-(every call takes the twin) when the op did anything a replay would not redo: an aten op other than the output's
-allocation and views, a pointer that is neither an input nor the output (a scratch buffer), a kernel that needs
-Triton's scratch memory, a cluster, a cooperative or a PDL launch, or a parameter type outside i32/i64/fp32/pointer.
+every Triton launch (compiled kernel, grid, full argument list) and a dispatch mode lists every aten op it calls and
+every tensor it allocates; ``recipe_for`` then maps each kernel parameter to an input, the output, a scratch buffer
+(another tensor the call allocated: the replay allocates one of the same size, as the Python path does on every
+call), a declared constant (``constant``: a tensor that is never written again, such as rope's inverse-frequency
+table; the recipe keeps a reference, so its pointer stays valid), or a number. A key is kept Python-only (every call
+takes the twin) when the op did anything a replay would not redo: an aten op other than allocations and views (a
+one-time cache fill inside ``cache_fill`` is not listed: what it makes is a constant), a pointer that is none of
+the above (or points into a scratch buffer past its start), a kernel that needs Triton's scratch memory, a cluster,
+a cooperative or a PDL launch, or a parameter type outside i32/i64/fp32/pointer.
 The C++ side then checks each launch against the compiled kernel's own parameter list (count and sizes) before
 storing it. A recipe is kept for the process: this holds because the step ops pick their launches from the key
 alone (frozen tile tables, the device's SM count), never from the tensors' values or a setting changed later.
@@ -31,14 +35,16 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 #: parameter kinds, as ``ws1_launch.cpp``'s ``Kind``
-KIND_INPUT, KIND_OUTPUT, KIND_I32, KIND_I64, KIND_F32, KIND_NULL = range(6)
+KIND_INPUT, KIND_OUTPUT, KIND_I32, KIND_I64, KIND_F32, KIND_NULL, KIND_SCRATCH, KIND_CONST = range(8)
 
 #: the step ops the C++ module implements (its ``TORCH_LIBRARY_IMPL(ws1_triton, CUDA)`` list)
 NATIVE_OPS = ("embedding", "norm", "linear", "rope", "attention", "swiglu", "logp")
@@ -51,19 +57,30 @@ _I32 = frozenset({"i32", "u32"})
 _I64 = frozenset({"i64", "u64"})
 _F32 = frozenset({"fp32", "f32"})
 
-#: aten ops a replayable op may call besides its Triton launches: allocating the output, and views
-ALLOWED_ATEN = frozenset(
+#: aten ops that allocate: what they return, besides the output, is the call's scratch
+ALLOC_ATEN = frozenset(
     {
         "aten.empty.memory_format",
         "aten.empty_strided.default",
         "aten.empty_like.default",
         "aten.new_empty.default",
+    }
+)
+
+#: aten ops a replayable op may call besides its Triton launches: allocations, and views
+ALLOWED_ATEN = ALLOC_ATEN | frozenset(
+    {
         "aten.view.default",
         "aten._unsafe_view.default",
         "aten.alias.default",
         "aten.detach.default",
     }
 )
+
+#: tensors declared never written again (``constant``), by data pointer: a recipe may pass them
+_CONSTANTS: dict[int, torch.Tensor] = {}
+#: per thread: the depth of ``cache_fill`` blocks (the watch does not list their ops)
+_LOCAL = threading.local()
 
 _LOADED: bool | None = None
 #: the imported module, once ``available()`` loaded it
@@ -122,6 +139,24 @@ def stats() -> dict[str, int]:
 # ------------------------------------------------------------------------------------------- recording
 
 
+def constant(t: torch.Tensor) -> torch.Tensor:
+    """Declare ``t`` never written again in this process (a cache's table), so a recipe may pass its pointer; the
+    recipe keeps a reference to it. Returns ``t``."""
+    _CONSTANTS[t.data_ptr()] = t
+    return t
+
+
+@contextmanager
+def cache_fill() -> Iterator[None]:
+    """A one-time cache fill: the aten ops inside are not listed by a recorded call's watch. What the fill makes
+    must be declared a ``constant``, or a launch that reads it keeps the key on the Python path."""
+    _LOCAL.depth = getattr(_LOCAL, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _LOCAL.depth -= 1
+
+
 @dataclass
 class LaunchRecipe:
     """One kernel launch as the C++ side replays it."""
@@ -136,6 +171,22 @@ class LaunchRecipe:
 
 class NotReplayable(Exception):
     """The recorded call does something a replay would not redo; the message says what."""
+
+
+@dataclass
+class Buffers:
+    """One recorded call's buffers besides its inputs and output, shared by its launches.
+
+    ``allocations``: the storage of every tensor the call allocated (the watch's list, which holds them, so no two
+    share a pointer). ``scratch``: those a launch passes, in order of first use; a replay allocates each anew with
+    ``scratch_bytes``. ``consts``: the declared constants a launch passes; the recipe keeps them."""
+
+    allocations: list[torch.UntypedStorage] = field(default_factory=list)
+    scratch: list[torch.UntypedStorage] = field(default_factory=list)
+    consts: list[torch.Tensor] = field(default_factory=list)
+
+    def scratch_bytes(self) -> list[int]:
+        return [st.nbytes() for st in self.scratch]
 
 
 def _meta(compiled: Any, name: str, default: Any) -> Any:
@@ -165,7 +216,42 @@ def _signature_types(compiled: Any) -> list[str]:
     return [str(t) for t in (sig.values() if isinstance(sig, dict) else sig)]
 
 
-def _pointer_kind(value: Any, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> tuple[int, int]:
+def _index(found: list[Any], item: Any) -> int:
+    for i, f in enumerate(found):
+        if f is item:
+            return i
+    found.append(item)
+    return len(found) - 1
+
+
+def _buffer_kind(
+    ptr: int, inputs: Sequence[torch.Tensor], out: torch.Tensor, buffers: Buffers
+) -> tuple[int, int]:
+    """A pointer that is no input: a scratch buffer's start, or a declared constant."""
+    device = inputs[0].device if inputs else out.device
+    for st in buffers.allocations:
+        start = st.data_ptr()
+        if start == out.untyped_storage().data_ptr():
+            continue
+        if ptr == start:
+            if st.device != device:
+                raise NotReplayable(f"a scratch buffer is on {st.device}, the inputs on {device}")
+            return KIND_SCRATCH, _index(buffers.scratch, st)
+        if start < ptr < start + st.nbytes():
+            raise NotReplayable("a pointer parameter points into a scratch buffer past its start")
+    const = _CONSTANTS.get(ptr)
+    if const is not None:
+        if const.device != device:
+            raise NotReplayable(f"a constant is on {const.device}, the inputs on {device}")
+        return KIND_CONST, _index(buffers.consts, const)
+    raise NotReplayable(
+        "a pointer parameter is neither an input, the output, a scratch buffer nor a constant"
+    )
+
+
+def _pointer_kind(
+    value: Any, inputs: Sequence[torch.Tensor], out: torch.Tensor, buffers: Buffers
+) -> tuple[int, int]:
     if value is None:
         return KIND_NULL, 0
     if not isinstance(value, torch.Tensor):
@@ -174,20 +260,25 @@ def _pointer_kind(value: Any, inputs: Sequence[torch.Tensor], out: torch.Tensor)
     if ptr == out.data_ptr():
         return KIND_OUTPUT, 0
     hits = [i for i, t in enumerate(inputs) if t.data_ptr() == ptr]
-    if len(hits) != 1:
-        raise NotReplayable(
-            "a pointer parameter is neither an input nor the output"
-            if not hits
-            else f"a pointer parameter is inputs {hits} at once"
-        )
+    if len(hits) > 1:
+        raise NotReplayable(f"a pointer parameter is inputs {hits} at once")
+    if not hits:
+        return _buffer_kind(ptr, inputs, out, buffers)
     return KIND_INPUT, hits[0]
 
 
 def recipe_for(
-    compiled: Any, grid: Sequence[int], args: Sequence[Any], inputs: Sequence[torch.Tensor], out: torch.Tensor
+    compiled: Any,
+    grid: Sequence[int],
+    args: Sequence[Any],
+    inputs: Sequence[torch.Tensor],
+    out: torch.Tensor,
+    buffers: Buffers | None = None,
 ) -> LaunchRecipe:
     """The replay of one captured launch: ``compiled`` (Triton's compiled kernel), its ``grid``, and ``args``, the
-    value of every kernel parameter in signature order. Raises ``NotReplayable``."""
+    value of every kernel parameter in signature order; ``buffers``: the call's allocations and what its launches
+    so far passed (shared by the call's launches; none: no scratch). Raises ``NotReplayable``."""
+    buffers = Buffers() if buffers is None else buffers
     _check_metadata(compiled)
     types = _signature_types(compiled)
     if len(types) != len(args):
@@ -205,7 +296,7 @@ def recipe_for(
         if ty == "constexpr":
             continue
         if ty.startswith("*"):
-            kind, v = _pointer_kind(value, inputs, out)
+            kind, v = _pointer_kind(value, inputs, out, buffers)
         elif ty in _I32 or ty in _I64:
             if type(value) is not int:
                 raise NotReplayable(f"an {ty} parameter is a {type(value).__name__}")
@@ -222,15 +313,23 @@ def recipe_for(
 
 
 class AtenWatch(torch.utils._python_dispatch.TorchDispatchMode):
-    """The aten ops a recorded call runs (by ``str(func)``)."""
+    """The aten ops a recorded call runs (by ``str(func)``) outside ``cache_fill``, and the storage of each tensor
+    its allocations returned (held until the watch goes, so no two share a pointer; holding the storage, not the
+    tensor, adds no op to the list)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[str] = []
+        self.allocations: list[torch.UntypedStorage] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
+        result = func(*args, **(kwargs or {}))
+        if getattr(_LOCAL, "depth", 0) == 0:
+            name = str(func)
+            self.ops.append(name)
+            if name in ALLOC_ATEN and isinstance(result, torch.Tensor):
+                self.allocations.append(result.untyped_storage())
+        return result
 
 
 def check_output(out: Any, inputs: Sequence[torch.Tensor], ops: Sequence[str]) -> None:
@@ -261,17 +360,17 @@ def record(fn: Callable[..., torch.Tensor], args: tuple[Any, ...]) -> torch.Tens
     finally:
         bound.capture = previous
     ops = torch.ops.ws1_launch
+    buffers = Buffers(watch.allocations)
     try:
         check_output(out, inputs, watch.ops)
-        recipes = [recipe_for(c, grid, full, inputs, out) for c, grid, full in captured]
+        recipes = [recipe_for(c, grid, full, inputs, out, buffers) for c, grid, full in captured]
     except NotReplayable as e:
-        ops.commit(
-            list(out.shape) if isinstance(out, torch.Tensor) else [], torch.float32, len(inputs), str(e)
-        )
+        shape = list(out.shape) if isinstance(out, torch.Tensor) else []
+        ops.commit(shape, torch.float32, len(inputs), [], [], str(e))
         return out
     for r in recipes:
         ops.add_launch(r.function, list(r.grid), r.block, r.shared, r.kinds, r.values)
-    ops.commit(list(out.shape), out.dtype, len(inputs), "")
+    ops.commit(list(out.shape), out.dtype, len(inputs), buffers.scratch_bytes(), buffers.consts, "")
     return out
 
 

@@ -42,7 +42,7 @@ from ..backend import OpEntry
 from ..context import LayoutContext
 from ..errors import KernelInputError
 from ..op_checks import check_rope
-from . import triton_op
+from . import native, triton_op
 from ._launch import check_contiguous, check_device, launch
 from ._memops import COMPILE, float_dtype, precise, row_warps
 
@@ -260,13 +260,16 @@ def inv_freq(theta: float, dim: int, device: torch.device) -> torch.Tensor:
     Computed once per ``(theta, dim, device)`` and cached: ``dim / 2`` numbers (64 for Qwen3).  Python's and
     numpy's ``pow`` differ from torch's in the last bit for a few ``j``, so the table is made by torch to give
     the reference's angles bit for bit; the per-token math (angles, cos/sin, rotation) is all in the kernel.
+    The table is never written again: it is declared a constant of the step ops' C++ path, and its fill a cache
+    fill (``native``), so the rope step op replays in C++ from its first call on.
     """
     key = (theta, dim, torch.device(device))
     hit = _INV_FREQ.get(key)
     if hit is None:
         half = dim // 2
-        host = 1.0 / (theta ** (torch.arange(0, half, dtype=torch.float64) * 2.0 / dim))
-        hit = _INV_FREQ[key] = host.to(device)
+        with native.cache_fill():
+            host = 1.0 / (theta ** (torch.arange(0, half, dtype=torch.float64) * 2.0 / dim))
+            hit = _INV_FREQ[key] = native.constant(host.to(device))
     return hit
 
 
