@@ -11,24 +11,17 @@ The negative control plants a schema typo and must see the import fail.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
+from cxx_toolchain import CUDA_INCLUDE, require, torch_includes, torch_root
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "csrc" / "launch" / "ws1_launch.cpp"
-GXX = shutil.which("g++")
-CUDA_INCLUDE = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
-
-if GXX is None or not (CUDA_INCLUDE / "cuda.h").is_file():
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"CI=true: g++ or {CUDA_INCLUDE}/cuda.h is missing: the module cannot be checked")
-    pytest.skip("g++ or the CUDA toolkit headers are missing", allow_module_level=True)
+GXX = require("cuda.h")
 
 #: the one CUDA variable the module's inline headers name (functions bind lazily and are never called here)
 STUB = """#include <c10/cuda/CUDACachingAllocator.h>
@@ -65,15 +58,9 @@ print(json.dumps(out))
 """
 
 
-def _torch_root() -> Path:
-    import torch
-
-    return Path(torch.__file__).resolve().parent
-
-
 def _build(source: Path, tmp: Path) -> Path:
     """Compile `source` into a loadable module under `tmp`; returns its folder."""
-    torch_root = _torch_root()
+    lib = torch_root() / "lib"
     stubs = tmp / "stubs"
     (stubs / "c10" / "cuda" / "impl").mkdir(parents=True)
     (stubs / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text("#pragma once\n")
@@ -81,7 +68,7 @@ def _build(source: Path, tmp: Path) -> Path:
     out = tmp / "mod"
     out.mkdir()
     cmd = [
-        str(GXX),
+        GXX,
         "-std=c++17",
         "-O0",
         "-shared",
@@ -89,15 +76,14 @@ def _build(source: Path, tmp: Path) -> Path:
         "-DTORCH_EXTENSION_NAME=ws1_launch_ext",
         "-DTORCH_API_INCLUDE_EXTENSION_H",
         f"-I{stubs}",
-        f"-I{torch_root / 'include'}",
-        f"-I{torch_root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
+        *(f"-I{p}" for p in torch_includes()),
         f"-I{CUDA_INCLUDE}",
         f"-I{sysconfig.get_paths()['include']}",
         str(source),
         str(tmp / "stub.cpp"),
         "-o",
         str(out / f"ws1_launch_ext{sysconfig.get_config_var('EXT_SUFFIX')}"),
-        f"-L{torch_root / 'lib'}",
+        f"-L{lib}",
         "-ltorch",
         "-ltorch_cpu",
         "-lc10",
