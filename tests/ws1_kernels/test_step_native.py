@@ -245,7 +245,9 @@ class _Launcher:
     capture: list[Any] | None = None
 
 
-def _recorded(fn: Any, monkeypatch: pytest.MonkeyPatch) -> _FakeRegistry:
+def _recorded(fn: Any, monkeypatch: pytest.MonkeyPatch, *, scratch: bool = False) -> _FakeRegistry:
+    """Record a stand-in op through the twin: it allocates its output, runs ``fn(x, w, out)`` and captures one
+    launch; ``scratch``: it also allocates a second buffer (logp's log-sum-exp) and passes it to the launch."""
     reg, bl = _FakeRegistry(), _Launcher()
     monkeypatch.setattr(torch.ops, "ws1_launch", reg, raising=False)
     monkeypatch.setattr(native, "_pending", reg.pending)
@@ -253,9 +255,10 @@ def _recorded(fn: Any, monkeypatch: pytest.MonkeyPatch) -> _FakeRegistry:
 
     def op(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype)
+        extra = {"bias": torch.empty(x.shape[0], dtype=torch.float32)} if scratch else {}
         fn(x, w, out)
         assert bl.capture is not None
-        bl.capture.append((_Compiled(), (3,), tuple(_args(x=x, w=w, out=out))))
+        bl.capture.append((_Compiled(), (3,), tuple(_args(x=x, w=w, out=out, **extra))))
         return out
 
     native.twin(op)(X, W)
@@ -269,20 +272,8 @@ def test_a_recorded_call_registers_its_launches(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_a_recorded_call_registers_its_scratch_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """logp's shape of call: a second buffer (its log-sum-exp) allocated by the call and passed to the kernel."""
-    reg, bl = _FakeRegistry(), _Launcher()
-    monkeypatch.setattr(torch.ops, "ws1_launch", reg, raising=False)
-    monkeypatch.setattr(native, "_pending", reg.pending)
-    monkeypatch.setattr("ws1_kernels.triton_ops._launch.launcher", lambda: bl)
-
-    def op(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype)
-        lse = torch.empty(x.shape[0], dtype=torch.float32)
-        assert bl.capture is not None
-        bl.capture.append((_Compiled(), (3,), tuple(_args(x=x, w=w, out=out, bias=lse))))
-        return out
-
-    native.twin(op)(X, W)
+    """logp's shape of call: a second buffer allocated by the call and passed to the kernel is its scratch."""
+    reg = _recorded(lambda x, w, out: None, monkeypatch, scratch=True)
     assert reg.launches[0][4][3] == KIND_SCRATCH
     assert reg.commits == [([4, 16], torch.bfloat16, 2, [16], [], "")]
 
