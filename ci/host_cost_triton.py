@@ -16,7 +16,10 @@
   replaces (`torch.ops.ws1_triton.linear_py`) in the same process;
 - `custom_op linear`: the same wrapped as a `torch.library.custom_op` (how the step ops were defined before: its
   autograd wrapper and aliasing check run on every call), for comparison in the same process;
-- `candidate det_gemm`: the training candidate under no_grad (validation, layout context, then the same launch).
+- `candidate det_gemm`: the training candidate under no_grad (validation, layout context, then the same launch);
+- `step op <op>` for every other step op at one decode row of the 8B model (embedding, norm, rope, attention over
+  2048 cached keys, swiglu, logp over the full vocabulary): the host cost target covers every op call, and with the
+  C++ path built each of them replays (`step_native` in the output counts the hits).
 
 Then a cProfile of 2000 `gemm_forward_raw` calls (the step path's GEMM), by own time: the functions that take the host's time.
 
@@ -89,6 +92,34 @@ def _calls(dev: str, n: int, k: int) -> dict[str, object]:
         **twin,
         "custom_op linear": lambda: custom_linear(x, w),
         "candidate det_gemm": candidate,
+        **_other_step_ops(dev, ops, gen),
+    }
+
+
+def _other_step_ops(dev: str, ops: object, gen: torch.Generator) -> dict[str, object]:
+    """The other step ops at one decode row of the 8B model (on the CPU interpreter: small widths, same calls)."""
+    bf = torch.bfloat16
+    big = dev == "cuda"
+    hidden, vocab, inter = (4096, 151936, 12288) if big else (64, 256, 128)
+    hq, hkv, d, cached = (32, 8, 128, 2048) if big else (4, 2, 16, 8)
+
+    def rnd(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, device=dev, dtype=bf)
+
+    ids = torch.zeros(1, dtype=torch.int64, device=dev)
+    table, x, w_norm = rnd(vocab, hidden), rnd(1, hidden), rnd(hidden)
+    q, k_slab, v_slab = rnd(1, hq, d), rnd(cached, hkv, d), rnd(cached, hkv, d)
+    base = torch.zeros(1, dtype=torch.int32, device=dev)
+    n_keys = torch.full((1,), cached, dtype=torch.int32, device=dev)
+    pos = torch.full((1,), cached - 1, dtype=torch.int64, device=dev)
+    gate, up, logits = rnd(1, inter), rnd(1, inter), rnd(1, vocab)
+    return {
+        "step op embedding": lambda: ops.embedding(ids, table),  # type: ignore[attr-defined]
+        "step op norm": lambda: ops.norm(x, w_norm, 1e-6),  # type: ignore[attr-defined]
+        "step op rope": lambda: ops.rope(q, pos, 1e6),  # type: ignore[attr-defined]
+        "step op attention": lambda: ops.attention(q, k_slab, v_slab, base, n_keys, d**-0.5),  # type: ignore[attr-defined]
+        "step op swiglu": lambda: ops.swiglu(gate, up),  # type: ignore[attr-defined]
+        "step op logp": lambda: ops.logp(logits, ids),  # type: ignore[attr-defined]
     }
 
 
