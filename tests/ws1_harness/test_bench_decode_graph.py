@@ -170,6 +170,43 @@ def test_the_forced_gqa_peer_runs_with_transformers_switch_on(stock_and_prefill,
     assert seen == [None]
 
 
+def _cudnn_sdp_during_call(model, **side_kwargs):  # type: ignore[no-untyped-def]
+    seen: list[bool] = []
+    hook = model.register_forward_pre_hook(
+        lambda _m, _a: seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+    )
+    try:
+        side = dg.stock_side(model, B, C, side_kwargs.pop("targets"), graphs=False, **side_kwargs)
+        seen.clear()  # the cache's initialising call
+        out = side.call()
+    finally:
+        hook.remove()
+    return out, seen, side.record
+
+
+def test_the_peer_without_cudnn_runs_with_cudnn_sdpa_off(stock_and_prefill) -> None:  # type: ignore[no-untyped-def]
+    """The variant leaves cuDNN's SDPA out during its call only, records so, and still decodes the model's logprob;
+    the control: the default peer's call runs with torch's default selection (cuDNN allowed)."""
+    model, ids, targets, full, kv = stock_and_prefill
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    out, seen, record = _cudnn_sdp_during_call(
+        model, targets=targets, ids=ids[:, C], kv=lambda i: kv[i], no_cudnn=True
+    )
+    assert seen == [False] and float((out - full).abs().max()) < 1e-4
+    assert "MATH" in record["sdpa_backends"] and torch.backends.cuda.cudnn_sdp_enabled()  # restored
+    out, seen, record = _cudnn_sdp_during_call(model, targets=targets, ids=ids[:, C], kv=lambda i: kv[i])
+    assert seen == [True] and record["sdpa_backends"] == "torch's default selection"
+
+
+def test_every_decode_row_times_the_peer_without_cudnn(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from ws1_harness.run.bench.steps import peer_variants
+
+    monkeypatch.setattr(dg, "forced_gqa_supported", lambda: False)
+    assert peer_variants() == ("default", "sdpa_no_cudnn")
+    monkeypatch.setattr(dg, "forced_gqa_supported", lambda: True)
+    assert peer_variants() == ("default", "sdpa_no_cudnn", "sdpa_gqa")
+
+
 def test_the_switch_restores_a_value_the_caller_set(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import os
 

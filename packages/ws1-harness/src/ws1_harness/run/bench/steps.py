@@ -468,11 +468,13 @@ def graph_peer_problems(stock: torch.nn.Module, record: dict[str, Any]) -> list[
 
 
 def peer_variants() -> tuple[str, ...]:
-    """The stock decode configurations timed (`decode_graph.FORCE_GQA_ENV`): transformers' default, and SDPA's own
-    grouped-query attention where this transformers has the switch."""
+    """The stock decode configurations timed: transformers' default; SDPA without cuDNN's backend
+    (`decode_graph.sdpa_without_cudnn`); and SDPA's own grouped-query attention where this transformers has the
+    switch (`decode_graph.FORCE_GQA_ENV`)."""
     from ws1_harness.run.bench import decode_graph as dg
 
-    return ("default", "sdpa_gqa") if dg.forced_gqa_supported() else ("default",)
+    gqa = ("sdpa_gqa",) if dg.forced_gqa_supported() else ()
+    return ("default", "sdpa_no_cudnn", *gqa)
 
 
 def faster_peer(sides: dict[str, StepSide]) -> str:
@@ -511,7 +513,13 @@ def measure_graph_decode(
         stock = models.stock()
         for variant in peer_variants():
             peer_side = dg.stock_side(
-                stock, p.m, p.cache, targets, graphs=graphs, force_gqa=variant == "sdpa_gqa"
+                stock,
+                p.m,
+                p.cache,
+                targets,
+                graphs=graphs,
+                force_gqa=variant == "sdpa_gqa",
+                no_cudnn=variant == "sdpa_no_cudnn",
             )
             records[f"peer.{variant}"] = peer_side.record
             sides[f"peer.{variant}"] = measure_graph_side(device, timer, f"peer.{variant}", peer_side, None)
