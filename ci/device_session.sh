@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One device call from a clean clone, its steps chosen by the card that came (docs/gpu.md, "One call, either card").
+# Why: a call that asks for the H200 may be given an 80 GB H100, where the H200's runs (the merged gate in one call,
+# the 36-layer steps at batch 256) do not fit; and a fresh machine is scarce, so a call must not be spent on a plan
+# that cannot run there. The command names a mode for each card; this script clones the checkout (RUN_COMMIT, default
+# HEAD) into CLONE_DIR, copies the carried wheels (.whl) and CPU shards (out/cpu-*) into it, reads the card's memory,
+# and runs that card's mode through ci/device_gpu_run.sh. What it chose goes to $OUT/session.txt.
+#   MODE_H200=merged MODE_H100=merged-1 MERGED_CPU=out/cpu-<sha> bash ci/device_session.sh
+# Modes (SESSION_LIMIT caps the steps' wall time where a mode has no limit of its own):
+#   merged    both arch sessions and the merged gate in one step (needs MERGED_CPU, the CPU shard of RUN_COMMIT)
+#   merged-1  the first half on an 80 GB card: the Triton profile, the baseline and every GPU test
+#   merged-2  the second half: both CUDA profiles beside the sm86 session
+#   steps     the step ops replayed in C++ (launch), the 36-layer chain on every tier, decode at batch 1, 64 and
+#             256 with 2048 cached tokens and the 8192-token training step, then the host cost of every step op
+#   steps-80g the same within 80 GB: decode at batch 1 and 64, no training step
+#   validate  the C++ step path's GPU tests with the step tests, the host cost, and the chain at 2 layers
+set -u
+need() {  # need NAME: a one-line error and exit 2 when the variable is empty
+  [ -n "${!1:-}" ] || { echo "device_session: set $1 ($2)"; exit 2; }
+}
+need OUT "an output folder"
+cd "$(dirname "$0")/.." || exit 2
+clone=${CLONE_DIR:-/tmp/ws1-device-clone}
+rm -rf "$clone"
+git clone -q . "$clone" || { echo "device_session: git clone failed"; exit 2; }
+[ -d .whl ] && cp -r .whl "$clone/"
+mkdir -p "$clone/out"
+for d in out/cpu-*; do [ -d "$d" ] && cp -r "$d" "$clone/out/"; done
+cd "$clone" || exit 2
+if [ -n "${RUN_COMMIT:-}" ]; then
+  git checkout -q "$RUN_COMMIT" 2>/dev/null || { echo "device_session: no commit $RUN_COMMIT in the checkout"; exit 2; }
+fi
+mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | tr -d ' ')
+case "$mem" in ''|*[!0-9]*) echo "device_session: nvidia-smi gave no memory size ($mem)"; exit 2 ;; esac
+if [ "$mem" -gt 100000 ]; then card=H200; else card=H100; fi
+need "MODE_$card" "the mode for a card of $mem MiB"
+mode_var="MODE_$card"
+mode=${!mode_var}
+{ echo "commit $(git rev-parse HEAD)"; echo "memory_mib $mem"; echo "mode $mode"; } | tee "$OUT/session.txt"
+limit=${SESSION_LIMIT:-570}
+run=(bash ci/device_gpu_run.sh)
+native_tests="python3 -m pytest -q -p no:cacheprovider -rfE tests/ws1_kernels/test_step_native_gpu.py"
+case "$mode" in
+  merged)   need MERGED_CPU "the CPU shard's folder of this commit"
+            MERGED_LIMIT=${MERGED_LIMIT:-540} NOX_GLOBAL='' "${run[@]}" merged ;;
+  merged-1|merged-2) MERGED_LIMIT=${MERGED_LIMIT:-540} NOX_GLOBAL='' "${run[@]}" "$mode" ;;
+  steps)    BENCH_ARGS="--layers 36 --op decode_step --op train_step --batch 1 --batch 64 --batch 256 --cache 2048" \
+            CHAIN_LAYERS=36 CHAIN_TIERS="short primary long" CHAIN_LIMIT=240 BENCH_LIMIT=260 HOST_LIMIT=40 \
+            timeout "$limit" "${run[@]}" launch chain bench host ;;
+  steps-80g) BENCH_ARGS="--layers 36 --op decode_step --batch 1 --batch 64 --cache 2048" \
+            CHAIN_LAYERS=36 CHAIN_TIERS="short primary long" CHAIN_LIMIT=300 BENCH_LIMIT=160 HOST_LIMIT=40 \
+            timeout "$limit" "${run[@]}" launch chain bench host ;;
+  validate) SCRIPT_NAME=native-tests SCRIPT_LIMIT=150 HOST_LIMIT=45 CHAIN_LAYERS=2 CHAIN_TIERS="short primary long" \
+            CHAIN_LIMIT=120 SCRIPT="$native_tests tests/ws1_kernels/test_triton_step_gpu.py tests/ws1_kernels/test_step_runner_gpu.py" \
+            timeout "$limit" "${run[@]}" launch script host chain ;;
+  *) echo "device_session: unknown mode $mode"; exit 2 ;;
+esac
+rc=$?
+# a step cut by the limit leaves no archive: pack what is there
+[ -f "$OUT/evidence.tgz" ] || { [ -d "$OUT/ev" ] && tar czf "$OUT/evidence.tgz" -C "$OUT" ev; }
+exit "$rc"
