@@ -142,17 +142,24 @@ def test_a_training_peer_observed_without_autograd_fails(monkeypatch) -> None:  
         stock.observed_cuda_kernels(call)
 
 
-def _env_during_calls(model, **side_kwargs):  # type: ignore[no-untyped-def]
-    import os
-
-    seen: list[str | None] = []
-    handle = model.register_forward_pre_hook(lambda _m, _a: seen.append(os.environ.get(dg.FORCE_GQA_ENV)))
+def _seen_during_call(model, read, **side_kwargs):  # type: ignore[no-untyped-def]
+    """``read()`` at the start of the stock side's decode call (its cache's initialising call left out): (the
+    logprobs, what was read, the side's record)."""
+    seen: list[object] = []
+    handle = model.register_forward_pre_hook(lambda _m, _a: seen.append(read()))
     try:
         side = dg.stock_side(model, B, C, side_kwargs.pop("targets"), graphs=False, **side_kwargs)
         seen.clear()  # the cache's initialising call
         out = side.call()
     finally:
         handle.remove()
+    return out, seen, side.record
+
+
+def _env_during_calls(model, **side_kwargs):  # type: ignore[no-untyped-def]
+    import os
+
+    out, seen, _ = _seen_during_call(model, lambda: os.environ.get(dg.FORCE_GQA_ENV), **side_kwargs)
     return out, seen
 
 
@@ -171,17 +178,7 @@ def test_the_forced_gqa_peer_runs_with_transformers_switch_on(stock_and_prefill,
 
 
 def _cudnn_sdp_during_call(model, **side_kwargs):  # type: ignore[no-untyped-def]
-    seen: list[bool] = []
-    hook = model.register_forward_pre_hook(
-        lambda _m, _a: seen.append(torch.backends.cuda.cudnn_sdp_enabled())
-    )
-    try:
-        side = dg.stock_side(model, B, C, side_kwargs.pop("targets"), graphs=False, **side_kwargs)
-        seen.clear()  # the cache's initialising call
-        out = side.call()
-    finally:
-        hook.remove()
-    return out, seen, side.record
+    return _seen_during_call(model, torch.backends.cuda.cudnn_sdp_enabled, **side_kwargs)
 
 
 def test_the_peer_without_cudnn_runs_with_cudnn_sdpa_off(stock_and_prefill) -> None:  # type: ignore[no-untyped-def]
