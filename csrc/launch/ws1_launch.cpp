@@ -172,8 +172,9 @@ Tensor run(const Recipe& r, const std::vector<Tensor>& ins) {
   std::vector<Tensor> scratch;  // freed after the launches are queued: the allocator orders reuse on the stream
   scratch.reserve(r.scratch_bytes.size());
   for (int64_t bytes : r.scratch_bytes) scratch.push_back(at::empty({bytes}, ins[0].options().dtype(at::kByte)));
-  std::array<uint64_t, 64> words{};
-  std::array<void*, 64> params{};
+  // not zeroed: every slot a launch passes is written below (its recorded parameters, then the trailing nulls)
+  std::array<uint64_t, 64> words;
+  std::array<void*, 64> params;
   for (const Launch& l : r.launches) {
     size_t n = 0;
     for (const Param& p : l.params) {
@@ -323,10 +324,15 @@ size_t param_size(Kind k) { return (k == kI32 || k == kF32) ? 4 : 8; }
 // Why a parameter names no buffer the recipe has ("" when each does).
 std::string check_indices(const Launch& l, size_t n_inputs, size_t n_scratch, size_t n_consts) {
   for (const Param& p : l.params) {
-    const size_t limit = p.kind == kInput ? n_inputs : p.kind == kScratch ? n_scratch : n_consts;
-    const char* what = p.kind == kInput ? "input " : p.kind == kScratch ? "scratch buffer " : "constant ";
-    if ((p.kind == kInput || p.kind == kScratch || p.kind == kConst) &&
-        (p.value < 0 || static_cast<size_t>(p.value) >= limit))
+    size_t limit = 0;
+    const char* what = nullptr;
+    switch (p.kind) {
+      case kInput: limit = n_inputs, what = "input "; break;
+      case kScratch: limit = n_scratch, what = "scratch buffer "; break;
+      case kConst: limit = n_consts, what = "constant "; break;
+      default: continue;  // a number or null: no buffer
+    }
+    if (p.value < 0 || static_cast<size_t>(p.value) >= limit)
       return std::string("a parameter names ") + what + std::to_string(p.value);
   }
   return "";
