@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from ws1_harness.run.bench import host as H
+from ws1_kernels.step_ops import StepOps
 
 #: where the calls run: cuda, or cpu under TRITON_INTERPRET=1 (a logic run of the script, no figure)
 DEVICE = ["cuda"]
@@ -96,7 +97,7 @@ def _calls(dev: str, n: int, k: int) -> dict[str, object]:
     }
 
 
-def _other_step_ops(dev: str, ops: object, gen: torch.Generator) -> dict[str, object]:
+def _other_step_ops(dev: str, ops: StepOps, gen: torch.Generator) -> dict[str, object]:
     """The other step ops at one decode row of the 8B model (on the CPU interpreter: small widths, same calls)."""
     bf = torch.bfloat16
     big = dev == "cuda"
@@ -114,12 +115,12 @@ def _other_step_ops(dev: str, ops: object, gen: torch.Generator) -> dict[str, ob
     pos = torch.full((1,), cached - 1, dtype=torch.int64, device=dev)
     gate, up, logits = rnd(1, inter), rnd(1, inter), rnd(1, vocab)
     return {
-        "step op embedding": lambda: ops.embedding(ids, table),  # type: ignore[attr-defined]
-        "step op norm": lambda: ops.norm(x, w_norm, 1e-6),  # type: ignore[attr-defined]
-        "step op rope": lambda: ops.rope(q, pos, 1e6),  # type: ignore[attr-defined]
-        "step op attention": lambda: ops.attention(q, k_slab, v_slab, base, n_keys, d**-0.5),  # type: ignore[attr-defined]
-        "step op swiglu": lambda: ops.swiglu(gate, up),  # type: ignore[attr-defined]
-        "step op logp": lambda: ops.logp(logits, ids),  # type: ignore[attr-defined]
+        "step op embedding": lambda: ops.embedding(ids, table),
+        "step op norm": lambda: ops.norm(x, w_norm, 1e-6),
+        "step op rope": lambda: ops.rope(q, pos, 1e6),
+        "step op attention": lambda: ops.attention(q, k_slab, v_slab, base, n_keys, d**-0.5),
+        "step op swiglu": lambda: ops.swiglu(gate, up),
+        "step op logp": lambda: ops.logp(logits, ids),
     }
 
 
