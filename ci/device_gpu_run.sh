@@ -132,6 +132,17 @@ for s in "$@"; do
                 ( WS1_OUT=$ev/part2 python3 -m nox ${NOX_GLOBAL-} -s gpu_sm90 -- --profile cuda_bf16 \
                 --profile cuda_bf16_sm90 --no-tests > $OUT/nox-gpu_sm90.log 2>&1; \
                 echo \"gpu_sm90 rc=\$? after \$SECONDS s\" ) & wait" ;;
+    # the generic module alone for sm_90 (build/cuda-tiled), then the tensor-core attention forward's GPU tests, the
+    # cuda_bf16 attention cells on every tier and its bench rows against SDPA, in one step and one log
+    tiled)  tb="$PWD/build/cuda-tiled"
+            step tiled "${TILED_LIMIT:-330}" bash -c "set -x; TORCH_CUDA_ARCH_LIST=9.0 WS1_MODULES=generic MAX_JOBS=8 \
+              python3 csrc/setup.py build_ext --build-lib $tb --build-temp $tb/tmp > $OUT/tiled-build.txt 2>&1 \
+              || { tail -40 $OUT/tiled-build.txt; exit 2; }; export PYTHONPATH=$tb:\${PYTHONPATH:-}; \
+              python3 -m pytest -q -p no:cacheprovider -rfE tests/ws1_kernels/test_cuda_attention_tiled_gpu.py \
+                tests/ws1_kernels/test_cuda_ops_gpu.py; \
+              ws1 matrix --profile cuda_bf16 --op attention ${tiers[*]} --cell-timeout 120 --out $ev/cuda_tiled --force; \
+              ws1 bench --profile cuda_bf16 --op attention --m 4096 --m 16384 --out $ev/bench-tiled --force; \
+              ws1 bench --profile cuda_bf16 --op attention_decode --m 1 --m 64 --out $ev/bench-tiled-decode --force" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
 done

@@ -14,6 +14,7 @@
 #             256 with 2048 cached tokens and the 8192-token training step, then the host cost of every step op
 #   steps-80g the same within 80 GB: decode at batch 1 and 64, no training step
 #   validate  the C++ step path's GPU tests with the step tests, the host cost, and the chain at 2 layers
+#   tiled     the tensor-core attention forward (cuda_bf16): its GPU tests, its matrix cells on every tier, its bench
 set -u
 need() {  # need NAME: a one-line error and exit 2 when the variable is empty
   [ -n "${!1:-}" ] || { echo "device_session: set $1 ($2)"; exit 2; }
@@ -53,6 +54,7 @@ case "$mode" in
   validate) SCRIPT_NAME=native-tests SCRIPT_LIMIT=150 HOST_LIMIT=45 CHAIN_LAYERS=2 CHAIN_TIERS="short primary long" \
             CHAIN_LIMIT=120 SCRIPT="$native_tests tests/ws1_kernels/test_triton_step_gpu.py tests/ws1_kernels/test_step_runner_gpu.py" \
             timeout "$limit" "${run[@]}" launch script host chain ;;
+  tiled)    timeout "$limit" "${run[@]}" tiled ;;
   *) echo "device_session: unknown mode $mode"; exit 2 ;;
 esac
 rc=$?

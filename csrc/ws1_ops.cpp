@@ -329,6 +329,43 @@ std::tuple<Tensor, Tensor> attn_fwd(const Tensor& q, const Tensor& k, const Tens
   return {o, lse};
 }
 
+// A view whose start is not 16-byte aligned, copied (the same values) so the tiled kernel's 16-byte loads are legal;
+// a tensor of its own (the allocator aligns to 512 bytes) is passed as it is.
+Tensor aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 ? t.clone() : t; }
+
+// The forward on tensor cores (attention_tiled.cu): blocks int32 [n_blocks, 3] = (first row, rows, key count), or
+// None: one block per row (the step path: device tables only, capturable)
+std::tuple<Tensor, Tensor> attn_fwd_tiled(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_base,
+                                          const Tensor& n_keys, const std::optional<Tensor>& blocks,
+                                          double scale) {
+  check_bf16("attn_fwd_tiled", "q", q);
+  check_bf16("attn_fwd_tiled", "k", k);
+  check_bf16("attn_fwd_tiled", "v", v);
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && k.sizes() == v.sizes() && k.size(2) == q.size(2),
+              "ws1.attn_fwd_tiled: q [T, Hq, D], k and v [keys, Hkv, D]");
+  TORCH_CHECK(ws1::attn_fwd_tiled_supported(static_cast<int>(q.size(1)), static_cast<int>(k.size(1)),
+                                            static_cast<int>(q.size(2))),
+              "ws1.attn_fwd_tiled: head dim 128 and a query group dividing 64 only, got Hq ", q.size(1), ", Hkv ",
+              k.size(1), ", D ", q.size(2));
+  check_table("attn_fwd_tiled", "key_base", key_base, q.size(0));
+  check_table("attn_fwd_tiled", "n_keys", n_keys, q.size(0));
+  TORCH_CHECK(!blocks || (blocks->is_cuda() && blocks->scalar_type() == at::kInt && blocks->dim() == 2 &&
+                            blocks->size(1) == 3 && blocks->is_contiguous()),
+              "ws1.attn_fwd_tiled: blocks must be contiguous int32 [n_blocks, 3] on the device, or None");
+  const c10::cuda::CUDAGuard guard(q.device());
+  const Tensor ka = aligned16(k), va = aligned16(v), qa = aligned16(q);
+  Tensor o = at::empty_like(q);
+  Tensor lse = at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat));
+  check_launch("attn_fwd_tiled",
+               ws1::attn_fwd_tiled(bf(qa), bf(ka), bf(va), key_base.data_ptr<int32_t>(), n_keys.data_ptr<int32_t>(),
+                                   blocks ? blocks->data_ptr<int32_t>() : nullptr,
+                                   static_cast<int>(blocks ? blocks->size(0) : q.size(0)), bf_mut(o),
+                                   lse.data_ptr<float>(), static_cast<int>(q.size(1)), static_cast<int>(k.size(1)),
+                                   static_cast<int>(q.size(2)), static_cast<float>(scale),
+                                   at::cuda::getCurrentCUDAStream()));
+  return {o, lse};
+}
+
 std::tuple<Tensor, Tensor, Tensor> attn_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                                             const Tensor& dout, const Tensor& lse, const Tensor& key_base,
                                             const Tensor& n_keys, const Tensor& q_end, double scale) {
@@ -400,6 +437,10 @@ std::tuple<Tensor, Tensor> attn_fwd_meta(const Tensor& q, const Tensor&, const T
                                          double) {
   return {at::empty_like(q), at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat))};
 }
+std::tuple<Tensor, Tensor> attn_fwd_tiled_meta(const Tensor& q, const Tensor&, const Tensor&, const Tensor&,
+                                               const Tensor&, const std::optional<Tensor>&, double) {
+  return {at::empty_like(q), at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat))};
+}
 std::tuple<Tensor, Tensor, Tensor> attn_bwd_meta(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
                                                  const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                                  const Tensor&, double) {
@@ -419,6 +460,7 @@ std::vector<ws1::binding::AttributeRow> kernel_attributes() {
   n += ws1::logprob_kernel_infos(infos + n, 64 - n);
   n += ws1::gemm_kernel_infos(infos + n, 64 - n);
   n += ws1::attention_kernel_infos(infos + n, 64 - n);
+  n += ws1::attention_tiled_kernel_infos(infos + n, 64 - n);
   return ws1::binding::attribute_rows(infos, n);
 }
 
@@ -446,6 +488,9 @@ TORCH_LIBRARY(ws1, m) {
   m.def("logp_bwd_f32(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> (Tensor, Tensor)");
   m.def("attn_fwd(Tensor q, Tensor k, Tensor v, Tensor key_base, Tensor n_keys, float scale) -> (Tensor, Tensor)");
   m.def(
+      "attn_fwd_tiled(Tensor q, Tensor k, Tensor v, Tensor key_base, Tensor n_keys, Tensor? blocks, float scale) -> "
+      "(Tensor, Tensor)");
+  m.def(
       "attn_bwd(Tensor q, Tensor k, Tensor v, Tensor o, Tensor dout, Tensor lse, Tensor key_base, Tensor n_keys, "
       "Tensor q_end, float scale) -> (Tensor, Tensor, Tensor)");
 }
@@ -469,6 +514,7 @@ TORCH_LIBRARY_IMPL(ws1, CUDA, m) {
   m.impl("logp_fwd_f32", &logp_fwd_f32);
   m.impl("logp_bwd_f32", &logp_bwd_f32);
   m.impl("attn_fwd", &attn_fwd);
+  m.impl("attn_fwd_tiled", &attn_fwd_tiled);
   m.impl("attn_bwd", &attn_bwd);
 }
 
@@ -491,6 +537,7 @@ TORCH_LIBRARY_IMPL(ws1, Meta, m) {
   m.impl("logp_fwd_f32", &logp_fwd_f32_meta);
   m.impl("logp_bwd_f32", &logp_bwd_f32_meta);
   m.impl("attn_fwd", &attn_fwd_meta);
+  m.impl("attn_fwd_tiled", &attn_fwd_tiled_meta);
   m.impl("attn_bwd", &attn_bwd_meta);
 }
 

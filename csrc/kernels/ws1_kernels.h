@@ -101,4 +101,14 @@ cudaError_t attn_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                      bf16* dk, bf16* dv, int64_t rows, int hq, int hkv, int d, float scale, cudaStream_t stream);
 int attention_kernel_infos(KernelInfo* out, int cap);
 
+// ---- attention_tiled.cu: the forward on tensor cores, one CTA per row block: blocks int32 [n_blocks, 3] = (first
+// row, rows, the block's largest n_keys), the rows of one sample and kv head x its group's query heads (at most 64
+// rows: rows * (hq / hkv) <= 64), or null with n_blocks = rows: one block per row; tables as attn_fwd's. Head dim
+// 128 and 64 % (hq / hkv) == 0 only (supported()).
+bool attn_fwd_tiled_supported(int hq, int hkv, int d);
+cudaError_t attn_fwd_tiled(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base,
+                           const int32_t* n_keys, const int32_t* blocks, int n_blocks, bf16* o, float* lse, int hq,
+                           int hkv, int d, float scale, cudaStream_t stream);
+int attention_tiled_kernel_infos(KernelInfo* out, int cap);
+
 }  // namespace ws1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ws1_kernels import LayoutContext
-from ws1_kernels.cuda.attention import _keys, _tables
+from ws1_kernels.cuda.attention import _keys, _tables, row_blocks, tiled
 
 HKV, D = 2, 4
 
@@ -71,3 +71,67 @@ def test_a_shifted_table_is_caught() -> None:
     t = _tables(ctx, len(rows), torch.device("cpu"))
     t.key_base[2] += 1  # the cached table, shifted by one row
     assert _seen(ctx, k, rows) == [True, True, False]
+
+
+# ---- the tiled forward's row blocks: every row in exactly one block, a block within one sample (its rows share
+# their keys), at most `tokens` rows, its key count the largest of its rows'
+
+
+def _blocks_ok(ctx: LayoutContext, rows: int, blocks: list[tuple[int, int, int]], tokens: int) -> list[str]:
+    t = _tables(ctx, rows, torch.device("cpu"))
+    n_keys = t.n_keys.tolist()
+    sample_of = {r: seg.sample_id for seg in ctx.segments for r in range(seg.start, seg.end)}
+    faults, seen = [], [0] * rows
+    for first, count, keys in blocks:
+        members = range(first, first + count)
+        if not 1 <= count <= tokens:
+            faults.append(f"block at {first}: {count} rows")
+        if len({sample_of.get(r, -1) for r in members}) != 1:
+            faults.append(f"block at {first} spans samples")
+        if keys != max(n_keys[r] for r in members):
+            faults.append(f"block at {first}: key count {keys}")
+        for r in members:
+            seen[r] += 1
+    faults += [f"row {r} in {n} blocks" for r, n in enumerate(seen) if n != 1]
+    return faults
+
+
+def test_row_blocks_cover_each_row_once_within_its_sample() -> None:
+    keys = _logical_keys((5, 3))
+    rows = [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (-1, -1), (-1, -1), (1, 0), (1, 1), (1, 2), (-1, -1)]
+    ctx, _ = _call(keys, rows, {})
+    n_keys = _tables(ctx, len(rows), torch.device("cpu")).n_keys.tolist()
+    blocks = row_blocks(ctx, len(rows), n_keys, 2)
+    assert _blocks_ok(ctx, len(rows), blocks, 2) == []
+    assert blocks[:3] == [(0, 2, 2), (2, 2, 4), (4, 1, 5)]  # sample 0 in runs of 2, the last run short
+    assert (5, 2, 0) in blocks and (10, 1, 0) in blocks  # the pad runs, no keys
+
+
+def test_a_decode_call_gets_one_block_per_request_after_its_prefix() -> None:
+    keys = _logical_keys((6, 4))
+    rows = [(0, 5), (1, 3)]
+    ctx, _ = _call(keys, rows, {0: 5, 1: 3})
+    t = _tables(ctx, len(rows), torch.device("cpu"), 16)
+    assert t.blocks.tolist() == [[0, 1, 6], [1, 1, 4]] and t.tokens == 16
+
+
+def test_a_block_spanning_two_samples_is_caught() -> None:
+    keys = _logical_keys((3, 2))
+    rows = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+    ctx, _ = _call(keys, rows, {})
+    merged = [(0, 4, 3), (4, 1, 2)]  # sample 0's rows and sample 1's first row in one block
+    assert any("spans samples" in f for f in _blocks_ok(ctx, len(rows), merged, 4))
+
+
+def test_tiled_widths_are_the_kernels() -> None:
+    assert tiled(32, 8, 128) and tiled(4, 1, 128)  # qwen3-8b and the tiny model
+    assert not tiled(32, 8, 64) and not tiled(24, 8, 128)  # another head dim; a group of 3 does not divide 64
+
+
+def test_a_new_request_beside_decoding_ones_sees_its_own_key() -> None:
+    """A request at position 0 (no prefix) after one that decodes after its prefix: the call's keys are laid out
+    per sample (prefix, then rows), so the new request's keys are not where its row sits in the call."""
+    keys = _logical_keys((6, 1))
+    rows = [(0, 5), (1, 0)]
+    ctx, k = _call(keys, rows, {0: 5})
+    assert all(_seen(ctx, k, rows))

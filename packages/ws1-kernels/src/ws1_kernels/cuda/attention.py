@@ -1,12 +1,16 @@
-"""attention (cuda_bf16): causal GQA attention within each sample, ``torch.ops.ws1.attn_fwd`` / ``attn_bwd``.
+"""attention (cuda_bf16): causal GQA attention within each sample, ``torch.ops.ws1.attn_fwd_tiled`` (or
+``attn_fwd``) / ``attn_bwd``.
 
-One warp per (query row, head) walks its sample's keys one at a time from logical position 0 to the query's
-position (csrc/kernels/attention.cu), so a row's bits depend only on the key positions: a packed prefill, a
-chunked prefill (the earlier keys come as ``ctx.kv_prefix``) and a decode step agree bit for bit. The host builds,
-once per call and device, where each row's keys start and how many it sees; a call with a prefix lays each
-sample's keys out contiguously (prefix, then the call's own rows). The backward is for training calls (whole
-samples, no prefix): dq by the same walk, dk and dv by one warp per (key row, kv head) over the group's heads and
-the sample's later rows, in order. No atomics, no split of a reduction.
+The forward runs on tensor cores where the widths allow (head dim 128, a query group dividing 64: every model of
+the manifest): one CTA per row block, i.e. up to 64 // group consecutive tokens of one sample times the group's
+query heads, walking the sample's keys in fixed logical blocks of 64 from position 0 (csrc/kernels/
+attention_tiled.cu). Elsewhere one warp per (query row, head) walks the keys one at a time (attention.cu). Either
+way a row's bits depend only on the key positions: a packed prefill, a chunked prefill (the earlier keys come as
+``ctx.kv_prefix``) and a decode step agree bit for bit, whatever block the row lands in. The host builds, once per
+layout and device, where each row's keys start, how many it sees and the row blocks; a call with a prefix lays
+each sample's keys out contiguously (prefix, then the call's own rows). The backward is for training calls (whole
+samples, no prefix): dq by a walk over the same keys, dk and dv by one warp per (key row, kv head) over the
+group's heads and the sample's later rows, in order. No atomics, no split of a reduction.
 """
 
 from __future__ import annotations
@@ -24,6 +28,17 @@ from ..op_checks import check_attention
 from ._common import check_inputs
 
 KERNEL = "ws1.cuda.attention.fixed_keyblock"
+#: the forward on tensor cores (attention_tiled.cu), recorded instead of KERNEL's forward where it runs
+TILED_KERNEL = "ws1.cuda.attention.tiled_fwd"
+#: query rows per tiled CTA (the kernel's kRows) and the head dim it is built for
+TILED_ROWS = 64
+TILED_HEAD_DIM = 128
+
+
+def tiled(hq: int, hkv: int, d: int) -> bool:
+    """Whether the tensor-core forward serves these widths (the extension's ``attn_fwd_tiled_supported``). The
+    candidate and the step path both ask here, so a rollout and a trainer at the same widths run one kernel."""
+    return d == TILED_HEAD_DIM and hkv > 0 and hq % hkv == 0 and TILED_ROWS % (hq // hkv) == 0
 
 
 @dataclass(frozen=True)
@@ -32,30 +47,60 @@ class _Tables:
     n_keys: torch.Tensor  # int32 [T]: the query's position + 1 (0 on pads)
     q_end: torch.Tensor  # int32 [T]: one past the last row of the row's sample (the row itself on pads)
     prefix: bool  # whether any sample of the call brings earlier keys
+    blocks: torch.Tensor  # int32 [n_blocks, 3]: the tiled forward's row blocks (row_blocks), for `tokens` rows each
+    tokens: int  # tokens per block the table was built for (TILED_ROWS // group)
 
 
-_CACHE: weakref.WeakKeyDictionary[LayoutContext, dict[torch.device, _Tables]] = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[LayoutContext, dict[tuple[torch.device, int], _Tables]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def _tables(ctx: LayoutContext, rows: int, device: torch.device) -> _Tables:
-    hit = _CACHE.get(ctx, {}).get(device)
+def row_blocks(ctx: LayoutContext, rows: int, n_keys: list[int], tokens: int) -> list[tuple[int, int, int]]:
+    """The tiled forward's row blocks ``(first row, rows, key count)``: each segment's rows in runs of at most
+    ``tokens``, then every run of pad rows (rows no segment holds) likewise with key count 0. A block never spans
+    two samples, so its rows share their keys; its key count is the largest ``n_keys`` of its rows."""
+    out: list[tuple[int, int, int]] = []
+    held = [False] * rows
+    for seg in ctx.segments:
+        for s in range(seg.start, seg.end, tokens):
+            e = min(s + tokens, seg.end)
+            out.append((s, e - s, max(n_keys[s:e])))
+            held[s:e] = [True] * (e - s)
+    r = 0
+    while r < rows:
+        if held[r]:
+            r += 1
+            continue
+        e = r
+        while e < rows and not held[e] and e - r < tokens:
+            e += 1
+        out.append((r, e - r, 0))
+        r = e
+    return out
+
+
+def _tables(ctx: LayoutContext, rows: int, device: torch.device, tokens: int = 1) -> _Tables:
+    hit = _CACHE.get(ctx, {}).get((device, tokens))
     if hit is not None:
         return hit
     key_base, n_keys, q_end = [0] * rows, [0] * rows, list(range(rows))
     offset = 0
-    prefix = False
-    for seg in ctx.segments:  # keys laid out per segment in call order: prefix rows, then the call's own rows
+    # with any prefix the keys are laid out anew per segment in call order (prefix rows, then the call's own rows),
+    # for every segment: one without a prefix then finds its keys at its offset there, not at its own rows
+    prefix = any(seg.first_position > 0 for seg in ctx.segments)
+    for seg in ctx.segments:
         plen = seg.first_position
-        prefix = prefix or plen > 0
         for r in range(seg.start, seg.end):
-            key_base[r] = offset if plen else seg.start
+            key_base[r] = offset if prefix else seg.start
             n_keys[r] = plen + (r - seg.start) + 1
             q_end[r] = seg.end
         offset += plen + seg.length
     host = torch.tensor([key_base, n_keys, q_end], dtype=torch.int32)
+    blocks = torch.tensor(row_blocks(ctx, rows, n_keys, tokens), dtype=torch.int32).reshape(-1, 3)
     dev = host.to(device)
-    out = _Tables(dev[0].contiguous(), dev[1].contiguous(), dev[2].contiguous(), prefix)
-    _CACHE.setdefault(ctx, {})[device] = out
+    out = _Tables(dev[0].contiguous(), dev[1].contiguous(), dev[2].contiguous(), prefix, blocks.to(device), tokens)
+    _CACHE.setdefault(ctx, {})[(device, tokens)] = out
     return out
 
 
@@ -75,10 +120,18 @@ def _keys(ctx: LayoutContext, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.T
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, scale, lctx):  # type: ignore[override]
-        record(KERNEL, "fwd")
-        tables = _tables(lctx, q.shape[0], q.device)
+        hq, hkv, d = q.shape[1], k.shape[1], q.shape[2]
+        on_tiles = tiled(hq, hkv, d)
+        tables = _tables(lctx, q.shape[0], q.device, TILED_ROWS // (hq // hkv) if on_tiles else 1)
         k_all, v_all = _keys(lctx, k, v) if tables.prefix else (k, v)
-        o, lse = torch.ops.ws1.attn_fwd(q, k_all, v_all, tables.key_base, tables.n_keys, scale)
+        if on_tiles:
+            record(TILED_KERNEL, "fwd")
+            o, lse = torch.ops.ws1.attn_fwd_tiled(
+                q, k_all, v_all, tables.key_base, tables.n_keys, tables.blocks, scale
+            )
+        else:
+            record(KERNEL, "fwd")
+            o, lse = torch.ops.ws1.attn_fwd(q, k_all, v_all, tables.key_base, tables.n_keys, scale)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.tables, ctx.scale = tables, scale
         return o
@@ -116,6 +169,7 @@ def attention(
 _DECLARED = frozenset(
     {
         "ws1.attn_fwd",
+        "ws1.attn_fwd_tiled",
         "ws1.attn_bwd",
         "aten.lift_fresh",
         "aten._to_copy",
@@ -126,4 +180,4 @@ _DECLARED = frozenset(
         "aten.detach",
     }
 )
-OPS: dict[str, OpEntry] = {"attention": OpEntry(attention, KERNEL, _DECLARED)}
+OPS: dict[str, OpEntry] = {"attention": OpEntry(attention, KERNEL, _DECLARED, frozenset({TILED_KERNEL}))}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..step_ops import StepOps
+from .attention import tiled
 
 
 def _attention(
@@ -18,6 +19,8 @@ def _attention(
     n_keys: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
+    if tiled(q.shape[1], k.shape[1], q.shape[2]):  # the candidate's choice; one block per row (no host table)
+        return torch.ops.ws1.attn_fwd_tiled(q, k, v, key_base, n_keys, None, scale)[0]
     return torch.ops.ws1.attn_fwd(q, k, v, key_base, n_keys, scale)[0]
 
 
