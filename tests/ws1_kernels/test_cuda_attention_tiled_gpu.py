@@ -23,6 +23,7 @@ if cuda.extension() is None:
     pytest.skip(str(cuda.missing_reason()), allow_module_level=True)
 
 from kernels_support import assert_bitwise, assert_close  # noqa: E402
+
 from ws1_kernels.cuda import attention as att  # noqa: E402
 
 DEV = "cuda"
@@ -47,7 +48,9 @@ def _packed() -> tuple[LayoutContext, dict[str, torch.Tensor]]:
 def _tiled(rows: dict[str, torch.Tensor], ctx: LayoutContext, per_row: bool) -> torch.Tensor:
     t = att._tables(ctx, rows["q"].shape[0], rows["q"].device, att.TILED_ROWS // (HQ // HKV))
     blocks = None if per_row else t.blocks
-    return torch.ops.ws1.attn_fwd_tiled(rows["q"], rows["k"], rows["v"], t.key_base, t.n_keys, blocks, SCALE)[0]
+    return torch.ops.ws1.attn_fwd_tiled(rows["q"], rows["k"], rows["v"], t.key_base, t.n_keys, blocks, SCALE)[
+        0
+    ]
 
 
 def test_the_candidate_runs_the_tiled_forward() -> None:

@@ -47,7 +47,9 @@ class _Tables:
     n_keys: torch.Tensor  # int32 [T]: the query's position + 1 (0 on pads)
     q_end: torch.Tensor  # int32 [T]: one past the last row of the row's sample (the row itself on pads)
     prefix: bool  # whether any sample of the call brings earlier keys
-    blocks: torch.Tensor  # int32 [n_blocks, 3]: the tiled forward's row blocks (row_blocks), for `tokens` rows each
+    blocks: (
+        torch.Tensor
+    )  # int32 [n_blocks, 3]: the tiled forward's row blocks (row_blocks), for `tokens` rows each
     tokens: int  # tokens per block the table was built for (TILED_ROWS // group)
 
 
@@ -99,7 +101,9 @@ def _tables(ctx: LayoutContext, rows: int, device: torch.device, tokens: int = 1
     host = torch.tensor([key_base, n_keys, q_end], dtype=torch.int32)
     blocks = torch.tensor(row_blocks(ctx, rows, n_keys, tokens), dtype=torch.int32).reshape(-1, 3)
     dev = host.to(device)
-    out = _Tables(dev[0].contiguous(), dev[1].contiguous(), dev[2].contiguous(), prefix, blocks.to(device), tokens)
+    out = _Tables(
+        dev[0].contiguous(), dev[1].contiguous(), dev[2].contiguous(), prefix, blocks.to(device), tokens
+    )
     _CACHE.setdefault(ctx, {})[(device, tokens)] = out
     return out
 
