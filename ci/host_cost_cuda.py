@@ -43,7 +43,8 @@ def _raw_ops(dev: str) -> dict[str, object]:
         "norm_fwd hidden": lambda: torch.ops.ws1.norm_fwd(x, w, 1e-6),
         "rope q_heads": lambda: torch.ops.ws1.rope(q, pos, 1e6, False),
         "embedding_fwd": lambda: torch.ops.ws1.embedding_fwd(ids, emb),
-        "attn_fwd 4096 keys": lambda: torch.ops.ws1.attn_fwd(q, k, v, kb, nk, 128**-0.5),
+        # the op the step path calls at these widths: the tiled forward, one block per row
+        "attn_fwd_tiled 4096 keys": lambda: torch.ops.ws1.attn_fwd_tiled(q, k, v, kb, nk, None, 128**-0.5),
         "swiglu_fwd": lambda: torch.ops.ws1.swiglu_fwd(gate, up),
         "logp_fwd": lambda: torch.ops.ws1.logp_fwd(logits, ids),
     }
