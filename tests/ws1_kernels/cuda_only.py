@@ -38,3 +38,14 @@ def skip_module_without_hopper() -> None:
         pytest.skip(str(why), allow_module_level=True)
     if torch.cuda.get_device_capability() != cuda_sm90.CAPABILITY:
         pytest.skip("the Hopper kernels run on capability 9.0 only", allow_module_level=True)
+
+
+def skip_module_without_extension() -> None:
+    """Skip the calling module when ws1's CUDA extension is not built; in a GPU session (``WS1_REQUIRE_GPU=1``) a
+    missing extension is an error, never a skip."""
+    from ws1_kernels import cuda
+
+    if cuda.extension() is None:
+        if os.environ.get("WS1_REQUIRE_GPU") == "1":
+            raise RuntimeError(f"WS1_REQUIRE_GPU=1: {cuda.missing_reason()}")
+        pytest.skip(str(cuda.missing_reason()), allow_module_level=True)

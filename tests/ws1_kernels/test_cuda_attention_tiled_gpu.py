@@ -8,19 +8,15 @@ operator's accuracy and layout invariance stay the matrix's judgment (`ws1 matri
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
+from cuda_only import skip_module_without_extension
 
 from ws1_kernels import LayoutContext, cuda, reference
 
 pytestmark = [pytest.mark.gpu, pytest.mark.needs_build]
 
-if cuda.extension() is None:
-    if os.environ.get("WS1_REQUIRE_GPU") == "1":
-        raise RuntimeError(f"WS1_REQUIRE_GPU=1: {cuda.missing_reason()}")
-    pytest.skip(str(cuda.missing_reason()), allow_module_level=True)
+skip_module_without_extension()
 
 from kernels_support import assert_bitwise, assert_close  # noqa: E402
 

@@ -9,19 +9,15 @@ Accuracy and layout invariance are the matrix's judgment (`ws1 matrix --profile 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
+from cuda_only import skip_module_without_extension
 
 from ws1_kernels import KernelInputError, LayoutContext, cuda
 
 pytestmark = [pytest.mark.gpu, pytest.mark.needs_build]
 
-if cuda.extension() is None:
-    if os.environ.get("WS1_REQUIRE_GPU") == "1":
-        raise RuntimeError(f"WS1_REQUIRE_GPU=1: {cuda.missing_reason()}")
-    pytest.skip(str(cuda.missing_reason()), allow_module_level=True)
+skip_module_without_extension()
 
 from ws1_kernels.cuda import norm, pointwise, rope  # noqa: E402
 
