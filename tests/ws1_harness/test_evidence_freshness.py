@@ -26,6 +26,16 @@ KNOWN_STALE: dict[str, str] = {
         "call is observed, which keeps the step ops on Python), but no matrix has run since: the next merged run "
         "replaces it"
     ),
+    "merged-cuda-h100-d31b4e5/cuda_bf16": (
+        "the CUDA matrices at d31b4e5: 38fe91a moved the attention forward onto tensor cores (csrc/kernels/"
+        "attention_tiled.cu) and fixed the key tables of a prefixed call (cuda/attention.py). Only the attention "
+        "cells were rerun since, on an H100 at d0f3db3: 12/12 green on sm_90 code and 12/12 on the sm86 proxy "
+        "(attention-tiled-h100-d0f3db3); the next merged run replaces the whole matrix"
+    ),
+    "merged-cuda-h100-d31b4e5/cuda_bf16_sm90": (
+        "cuda_bf16_sm90 runs the generic attention, so 38fe91a's tensor-core forward changed it too (see the "
+        "cuda_bf16 entry); its Hopper kernels are unchanged; the next merged run replaces it"
+    ),
     "gpu-sm90-c7fbc8a": (
         "the 36-layer triton_cuda_bf16 chain and its run's matrix (kept as a chain companion: evidence_files."
         "CHAIN_COMPANIONS): 4b063e8 factored the candidates' backward launches into shared functions and added "
