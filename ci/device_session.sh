@@ -3,7 +3,8 @@
 # Why: a call that asks for the H200 may be given an 80 GB H100, where the H200's runs (the merged gate in one call,
 # the 36-layer steps at batch 256) do not fit; and a fresh machine is scarce, so a call must not be spent on a plan
 # that cannot run there. The command names a mode for each card; this script clones the checkout (RUN_COMMIT, default
-# HEAD) into CLONE_DIR, copies the carried wheels (.whl) and CPU shards (out/cpu-*) into it, reads the card's memory,
+# HEAD) into CLONE_DIR (or, given SOURCE_COMMIT and SOURCE_TREE, runs the files that came in place, see below),
+# copies the carried wheels (.whl) and CPU shards (out/cpu-*) into it, reads the card's memory,
 # and runs that card's mode through ci/device_gpu_run.sh. What it chose goes to $OUT/session.txt.
 #   MODE_H200=merged MODE_H100=merged-1 MERGED_CPU=out/cpu-<sha> bash ci/device_session.sh
 # Modes (SESSION_LIMIT caps the steps' wall time where a mode has no limit of its own):
@@ -21,15 +22,37 @@ need() {  # need NAME: a one-line error and exit 2 when the variable is empty
 }
 need OUT "an output folder"
 cd "$(dirname "$0")/.." || exit 2
-clone=${CLONE_DIR:-/tmp/ws1-device-clone}
-rm -rf "$clone"
-git clone -q . "$clone" || { echo "device_session: git clone failed"; exit 2; }
-[ -d .whl ] && cp -r .whl "$clone/"
-mkdir -p "$clone/out"
-for d in out/cpu-*; do [ -d "$d" ] && cp -r "$d" "$clone/out/"; done
-cd "$clone" || exit 2
-if [ -n "${RUN_COMMIT:-}" ]; then
-  git checkout -q "$RUN_COMMIT" 2>/dev/null || { echo "device_session: no commit $RUN_COMMIT in the checkout"; exit 2; }
+# The machine's copy can hold files newer than its git metadata (a warm machine kept the .git of the call that
+# started it, while each call brings the current files): a clone of HEAD would then run older code than the files
+# that came, and its evidence would name the wrong commit. So either the files are HEAD's, checked, and the clone
+# runs; or SOURCE_COMMIT and SOURCE_TREE (`git rev-parse <commit>^{tree}` where the commit is) name what came,
+# the files are hashed into a tree here and compared, and they run in place, the evidence stating SOURCE_COMMIT.
+if [ -n "${SOURCE_COMMIT:-}" ]; then
+  need SOURCE_TREE "the tree of SOURCE_COMMIT: git rev-parse SOURCE_COMMIT^{tree}"
+  idx=$(mktemp -u)
+  tree=$(GIT_INDEX_FILE=$idx git add -A . 2>/dev/null && GIT_INDEX_FILE=$idx git write-tree)
+  rm -f "$idx"
+  [ "$tree" = "$SOURCE_TREE" ] || {
+    echo "device_session: the files here are tree ${tree:-unreadable}, not SOURCE_TREE $SOURCE_TREE of $SOURCE_COMMIT"
+    exit 2
+  }
+  export WS1_SOURCE_COMMIT=$SOURCE_COMMIT WS1_SOURCE_DIRTY=0
+else
+  [ -z "$(git status --porcelain 2>&1)" ] || {
+    echo "device_session: the files here differ from this checkout's HEAD $(git rev-parse --short HEAD 2>&1) (git" \
+      "metadata older than the files?): give SOURCE_COMMIT and SOURCE_TREE"
+    exit 2
+  }
+  clone=${CLONE_DIR:-/tmp/ws1-device-clone}
+  rm -rf "$clone"
+  git clone -q . "$clone" || { echo "device_session: git clone failed"; exit 2; }
+  [ -d .whl ] && cp -r .whl "$clone/"
+  mkdir -p "$clone/out"
+  for d in out/cpu-*; do [ -d "$d" ] && cp -r "$d" "$clone/out/"; done
+  cd "$clone" || exit 2
+  if [ -n "${RUN_COMMIT:-}" ]; then
+    git checkout -q "$RUN_COMMIT" 2>/dev/null || { echo "device_session: no commit $RUN_COMMIT in the checkout"; exit 2; }
+  fi
 fi
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | tr -d ' ')
 case "$mem" in ''|*[!0-9]*) echo "device_session: nvidia-smi gave no memory size ($mem)"; exit 2 ;; esac
@@ -37,7 +60,7 @@ if [ "$mem" -gt 100000 ]; then card=H200; else card=H100; fi
 need "MODE_$card" "the mode for a card of $mem MiB"
 mode_var="MODE_$card"
 mode=${!mode_var}
-{ echo "commit $(git rev-parse HEAD)"; echo "memory_mib $mem"; echo "mode $mode"; } | tee "$OUT/session.txt"
+{ echo "commit ${SOURCE_COMMIT:-$(git rev-parse HEAD)}"; echo "memory_mib $mem"; echo "mode $mode"; } | tee "$OUT/session.txt"
 limit=${SESSION_LIMIT:-570}
 run=(bash ci/device_gpu_run.sh)
 native_tests="python3 -m pytest -q -p no:cacheprovider -rfE tests/ws1_kernels/test_step_native_gpu.py"

@@ -2,8 +2,10 @@
 checkout whose step runner only records what it was asked, with a stand-in `nvidia-smi` reporting the card's memory.
 
 Each property has its control: the H200's mode on a 141 GB card against the H100's on an 80 GB one; the clone at
-the commit asked for against HEAD; and each piece of bad input (an unknown commit, an unknown mode, a merged run
-without its CPU shard) refused with one line and exit 2."""
+the commit asked for against HEAD; files newer than the checkout's git metadata (a warm device machine keeps the
+.git of its first call) refused, and run in place when their tree is named, against a wrong tree; and each piece of
+bad input (an unknown commit, an unknown mode, a merged run without its CPU shard) refused with one line and
+exit 2."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ SCRIPT = REPO / "ci" / "device_session.sh"
 #: the stand-in step runner: its arguments, and the variables a mode sets, one line each
 RECORDER = """#!/usr/bin/env bash
 { echo "args $*"; echo "bench ${BENCH_ARGS:-}"; echo "merged_cpu ${MERGED_CPU:-}"; echo "nox_global ${NOX_GLOBAL-unset}";
-  echo "head $(git rev-parse HEAD)"; ls out; } > "$OUT/called.txt"
+  echo "head $(git rev-parse HEAD)"; echo "source ${WS1_SOURCE_COMMIT:-none} dirty ${WS1_SOURCE_DIRTY:-none}"; ls out;
+  } > "$OUT/called.txt"
 """
 
 
@@ -39,16 +42,15 @@ def checkout(tmp_path: Path) -> tuple[Path, str]:
     (root / "ci").mkdir(parents=True)
     shutil.copy(SCRIPT, root / "ci" / "device_session.sh")
     (root / "ci" / "device_gpu_run.sh").write_text(RECORDER)
+    (root / ".gitignore").write_text("/out/\n")  # as in the project: the carried CPU shards are ignored
     _git(root, "init", "-q")
-    _git(root, "add", "ci")
+    _git(root, "add", "ci", ".gitignore")
     _git(root, "commit", "-q", "-m", "first")
     first = _git(root, "rev-parse", "HEAD").strip()
     (root / "later.txt").write_text("x\n")
     _git(root, "add", "later.txt")
     _git(root, "commit", "-q", "-m", "second")
-    (root / "out" / "cpu-abc").mkdir(
-        parents=True
-    )  # git-ignored in the project; untracked here: copied all the same
+    (root / "out" / "cpu-abc").mkdir(parents=True)  # git-ignored: copied all the same
     return root, first
 
 
@@ -115,3 +117,47 @@ def test_bad_input_is_one_line_and_exit_2(
     proc, called = _run(root, tmp_path, 143771, **env)
     assert proc.returncode == 2 and called == ""
     assert says in proc.stdout and len(proc.stdout.strip().splitlines()[-1]) < 200
+
+
+def _newer_files(root: Path) -> None:
+    """The device copy after a warm call: the files of a later commit under the first call's git metadata."""
+    (root / "later.txt").write_text("y\n")
+    (root / "new_kernel.cu").write_text("// a file the metadata has never seen\n")
+
+
+def _tree_of(root: Path, tmp: Path) -> str:
+    """What `git rev-parse <commit>^{tree}` gives on the developer's side for these files: committed in a copy."""
+    copy = tmp / "dev-side"
+    shutil.copytree(root, copy)
+    _git(copy, "add", "-A")
+    _git(copy, "commit", "-q", "-m", "the later commit")
+    return _git(copy, "rev-parse", "HEAD^{tree}").strip()
+
+
+def test_files_newer_than_the_metadata_are_refused(checkout: tuple[Path, str], tmp_path: Path) -> None:
+    root, _ = checkout
+    _newer_files(root)
+    proc, called = _run(root, tmp_path, 143771)
+    assert proc.returncode == 2 and called == ""
+    assert "differ from this checkout's HEAD" in proc.stdout and "SOURCE_TREE" in proc.stdout
+
+
+def test_named_files_run_in_place_stating_their_commit(checkout: tuple[Path, str], tmp_path: Path) -> None:
+    root, _ = checkout
+    stale_head = _git(root, "rev-parse", "HEAD").strip()
+    _newer_files(root)
+    commit = "ab" * 20
+    proc, called = _run(root, tmp_path, 143771, SOURCE_COMMIT=commit, SOURCE_TREE=_tree_of(root, tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"source {commit} dirty 0" in called and f"head {stale_head}" in called  # in place, not a clone
+    assert f"commit {commit}" in proc.stdout
+
+
+def test_a_wrong_tree_is_refused(checkout: tuple[Path, str], tmp_path: Path) -> None:
+    """The control: the tree of other files (the metadata's own commit) does not pass for these."""
+    root, _ = checkout
+    head_tree = _git(root, "rev-parse", "HEAD^{tree}").strip()
+    _newer_files(root)
+    proc, called = _run(root, tmp_path, 143771, SOURCE_COMMIT="ab" * 20, SOURCE_TREE=head_tree)
+    assert proc.returncode == 2 and called == ""
+    assert "not SOURCE_TREE" in proc.stdout
