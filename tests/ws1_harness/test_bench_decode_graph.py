@@ -226,13 +226,51 @@ def test_the_row_is_judged_against_the_faster_peer_that_ran() -> None:
     assert faster_peer({"default": StepSide(error="oom")}) == "default"
 
 
-def test_the_switch_is_found_only_where_transformers_reads_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Older transformers releases lack the switch: the bench then times one peer. Judged on planted sources, so
-    the verdict does not depend on the installed release."""
-    monkeypatch.setattr(dg.inspect, "getsource", lambda _m: f'os.environ.get("{dg.FORCE_GQA_ENV}", "0")')
+def test_the_variant_is_found_where_transformers_can_be_told(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A release that reads the switch, or one that asks the decider (5.17, on the device, lacks the switch): the
+    variant runs. The control: a module with neither gives one peer. Judged on planted modules, so the verdict does
+    not depend on the installed release."""
+    from types import SimpleNamespace
+
+    def planted(source: str, **attrs: object) -> None:
+        monkeypatch.setattr(dg, "_sdpa_module", lambda: SimpleNamespace(**attrs))
+        monkeypatch.setattr(dg.inspect, "getsource", lambda _m: source)
+
+    planted(f'os.environ.get("{dg.FORCE_GQA_ENV}", "0")')
     assert dg.forced_gqa_supported()
-    monkeypatch.setattr(dg.inspect, "getsource", lambda _m: "return attention_mask is None")  # the control
+    planted("return attention_mask is None", **{dg.GQA_DECIDER: lambda mask, key: mask is None})
+    assert dg.forced_gqa_supported()
+    planted("return attention_mask is None")  # the control
     assert not dg.forced_gqa_supported()
+
+
+def test_the_decider_answers_yes_during_the_forced_call_only(stock_and_prefill, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """In the variant's call transformers' decider is the variant's (so a release without the switch runs SDPA's
+    grouped-query attention too), and the logprob is still the model's; the control: the default call asks the
+    release's own decider, which is back after the forced call."""
+    from transformers.integrations import sdpa_attention
+
+    model, ids, targets, full, kv = stock_and_prefill
+    own = getattr(sdpa_attention, dg.GQA_DECIDER)
+    monkeypatch.delenv(dg.FORCE_GQA_ENV, raising=False)
+    out, seen, record = _seen_during_call(
+        model,
+        lambda: getattr(sdpa_attention, dg.GQA_DECIDER),
+        targets=targets,
+        ids=ids[:, C],
+        kv=lambda i: kv[i],
+        force_gqa=True,
+    )
+    assert seen == [dg._always_gqa] and float((out - full).abs().max()) < 1e-4
+    assert dg.GQA_DECIDER in record["gqa"] and getattr(sdpa_attention, dg.GQA_DECIDER) is own
+    _, seen, _ = _seen_during_call(
+        model,
+        lambda: getattr(sdpa_attention, dg.GQA_DECIDER),
+        targets=targets,
+        ids=ids[:, C],
+        kv=lambda i: kv[i],
+    )
+    assert seen == [own]
 
 
 def test_the_top_kernels_are_ranked_by_device_time() -> None:
