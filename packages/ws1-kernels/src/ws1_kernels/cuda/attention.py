@@ -47,9 +47,8 @@ class _Tables:
     n_keys: torch.Tensor  # int32 [T]: the query's position + 1 (0 on pads)
     q_end: torch.Tensor  # int32 [T]: one past the last row of the row's sample (the row itself on pads)
     prefix: bool  # whether any sample of the call brings earlier keys
-    blocks: (
-        torch.Tensor
-    )  # int32 [n_blocks, 3]: the tiled forward's row blocks (row_blocks), for `tokens` rows each
+    #: int32 [n_blocks, 3]: the tiled forward's row blocks (row_blocks), at most `tokens` rows each
+    blocks: torch.Tensor
     tokens: int  # tokens per block the table was built for (TILED_ROWS // group)
 
 
