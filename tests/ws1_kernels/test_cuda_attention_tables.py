@@ -135,3 +135,26 @@ def test_a_new_request_beside_decoding_ones_sees_its_own_key() -> None:
     rows = [(0, 5), (1, 0)]
     ctx, k = _call(keys, rows, {0: 5})
     assert all(_seen(ctx, k, rows))
+
+
+def test_the_tiled_widths_are_read_off_the_kernel_source() -> None:
+    """The candidate's choice (`tiled`) and its blocks of TILED_ROWS // group tokens must be what the kernel file
+    builds, or the host would hand the kernel blocks its CTA cannot hold, or widths it was not built for. The
+    control: a planted copy with another row count disagrees."""
+    import re
+    from pathlib import Path
+
+    from ws1_kernels.cuda import attention as att
+
+    src = (Path(__file__).resolve().parents[2] / "csrc" / "kernels" / "attention_tiled.cu").read_text()
+
+    def widths(text: str) -> tuple[int, int]:
+        rows = re.search(r"constexpr int kRows = (\d+);", text)
+        dim = re.search(r"&& d == (\d+);", text)
+        assert rows and dim, (
+            "attention_tiled.cu no longer states its rows and head dim where this test reads them"
+        )
+        return int(rows.group(1)), int(dim.group(1))
+
+    assert widths(src) == (att.TILED_ROWS, att.TILED_HEAD_DIM)
+    assert widths(src.replace("kRows = 64;", "kRows = 32;")) != (att.TILED_ROWS, att.TILED_HEAD_DIM)
