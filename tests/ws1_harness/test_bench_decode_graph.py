@@ -253,23 +253,15 @@ def test_the_decider_answers_yes_during_the_forced_call_only(stock_and_prefill, 
     model, ids, targets, full, kv = stock_and_prefill
     own = getattr(sdpa_attention, dg.GQA_DECIDER)
     monkeypatch.delenv(dg.FORCE_GQA_ENV, raising=False)
-    out, seen, record = _seen_during_call(
-        model,
-        lambda: getattr(sdpa_attention, dg.GQA_DECIDER),
-        targets=targets,
-        ids=ids[:, C],
-        kv=lambda i: kv[i],
-        force_gqa=True,
-    )
+
+    def call(**forced: bool):  # type: ignore[no-untyped-def]
+        read = lambda: getattr(sdpa_attention, dg.GQA_DECIDER)  # noqa: E731
+        return _seen_during_call(model, read, targets=targets, ids=ids[:, C], kv=lambda i: kv[i], **forced)
+
+    out, seen, record = call(force_gqa=True)
     assert seen == [dg._always_gqa] and float((out - full).abs().max()) < 1e-4
     assert dg.GQA_DECIDER in record["gqa"] and getattr(sdpa_attention, dg.GQA_DECIDER) is own
-    _, seen, _ = _seen_during_call(
-        model,
-        lambda: getattr(sdpa_attention, dg.GQA_DECIDER),
-        targets=targets,
-        ids=ids[:, C],
-        kv=lambda i: kv[i],
-    )
+    _, seen, _ = call()
     assert seen == [own]
 
 
