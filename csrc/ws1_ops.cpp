@@ -309,19 +309,29 @@ void check_table(const char* op, const char* name, const Tensor& t, int64_t rows
               "ws1.", op, ": ", name, " must be contiguous int32 [", rows, "] on the device");
 }
 
-// q [T, Hq, D]; k, v [keys, Hkv, D] (per sample contiguous from position 0); key_base, n_keys int32 [T]
+// The forward's inputs, checked the same way for either kernel: q [T, Hq, D]; k, v [keys, Hkv, D] (per sample
+// contiguous from position 0); key_base, n_keys int32 [T]
+void check_attn_fwd(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_base,
+                    const Tensor& n_keys) {
+  check_bf16(op, "q", q);
+  check_bf16(op, "k", k);
+  check_bf16(op, "v", v);
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && k.sizes() == v.sizes() && k.size(2) == q.size(2), "ws1.", op,
+              ": q [T, Hq, D], k and v [keys, Hkv, D]");
+  check_table(op, "key_base", key_base, q.size(0));
+  check_table(op, "n_keys", n_keys, q.size(0));
+}
+
+// The forward's outputs (o like q, lse fp32 [T, Hq]); the Meta kernels of both forwards return the same
+std::tuple<Tensor, Tensor> attn_fwd_outputs(const Tensor& q) {
+  return {at::empty_like(q), at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat))};
+}
+
 std::tuple<Tensor, Tensor> attn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_base,
                                     const Tensor& n_keys, double scale) {
-  check_bf16("attn_fwd", "q", q);
-  check_bf16("attn_fwd", "k", k);
-  check_bf16("attn_fwd", "v", v);
-  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && k.sizes() == v.sizes() && k.size(2) == q.size(2),
-              "ws1.attn_fwd: q [T, Hq, D], k and v [keys, Hkv, D]");
-  check_table("attn_fwd", "key_base", key_base, q.size(0));
-  check_table("attn_fwd", "n_keys", n_keys, q.size(0));
+  check_attn_fwd("attn_fwd", q, k, v, key_base, n_keys);
   const c10::cuda::CUDAGuard guard(q.device());
-  Tensor o = at::empty_like(q);
-  Tensor lse = at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat));
+  auto [o, lse] = attn_fwd_outputs(q);
   check_launch("attn_fwd", ws1::attn_fwd(bf(q), bf(k), bf(v), key_base.data_ptr<int32_t>(), n_keys.data_ptr<int32_t>(),
                                          bf_mut(o), lse.data_ptr<float>(), q.size(0), static_cast<int>(q.size(1)),
                                          static_cast<int>(k.size(1)), static_cast<int>(q.size(2)),
@@ -338,24 +348,17 @@ Tensor aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_pt
 std::tuple<Tensor, Tensor> attn_fwd_tiled(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_base,
                                           const Tensor& n_keys, const std::optional<Tensor>& blocks,
                                           double scale) {
-  check_bf16("attn_fwd_tiled", "q", q);
-  check_bf16("attn_fwd_tiled", "k", k);
-  check_bf16("attn_fwd_tiled", "v", v);
-  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && k.sizes() == v.sizes() && k.size(2) == q.size(2),
-              "ws1.attn_fwd_tiled: q [T, Hq, D], k and v [keys, Hkv, D]");
+  check_attn_fwd("attn_fwd_tiled", q, k, v, key_base, n_keys);
   TORCH_CHECK(ws1::attn_fwd_tiled_supported(static_cast<int>(q.size(1)), static_cast<int>(k.size(1)),
                                             static_cast<int>(q.size(2))),
               "ws1.attn_fwd_tiled: head dim 128 and a query group dividing 64 only, got Hq ", q.size(1), ", Hkv ",
               k.size(1), ", D ", q.size(2));
-  check_table("attn_fwd_tiled", "key_base", key_base, q.size(0));
-  check_table("attn_fwd_tiled", "n_keys", n_keys, q.size(0));
   TORCH_CHECK(!blocks || (blocks->is_cuda() && blocks->scalar_type() == at::kInt && blocks->dim() == 2 &&
                             blocks->size(1) == 3 && blocks->is_contiguous()),
               "ws1.attn_fwd_tiled: blocks must be contiguous int32 [n_blocks, 3] on the device, or None");
   const c10::cuda::CUDAGuard guard(q.device());
   const Tensor ka = aligned16(k), va = aligned16(v), qa = aligned16(q);
-  Tensor o = at::empty_like(q);
-  Tensor lse = at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat));
+  auto [o, lse] = attn_fwd_outputs(q);
   check_launch("attn_fwd_tiled",
                ws1::attn_fwd_tiled(bf(qa), bf(ka), bf(va), key_base.data_ptr<int32_t>(), n_keys.data_ptr<int32_t>(),
                                    blocks ? blocks->data_ptr<int32_t>() : nullptr,
@@ -435,11 +438,11 @@ std::tuple<Tensor, Tensor> logp_bwd_f32_meta(const Tensor& logits, const Tensor&
 }
 std::tuple<Tensor, Tensor> attn_fwd_meta(const Tensor& q, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                          double) {
-  return {at::empty_like(q), at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat))};
+  return attn_fwd_outputs(q);
 }
 std::tuple<Tensor, Tensor> attn_fwd_tiled_meta(const Tensor& q, const Tensor&, const Tensor&, const Tensor&,
                                                const Tensor&, const std::optional<Tensor>&, double) {
-  return {at::empty_like(q), at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat))};
+  return attn_fwd_outputs(q);
 }
 std::tuple<Tensor, Tensor, Tensor> attn_bwd_meta(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
                                                  const Tensor&, const Tensor&, const Tensor&, const Tensor&,

@@ -47,12 +47,13 @@ class _Tables:
     n_keys: torch.Tensor  # int32 [T]: the query's position + 1 (0 on pads)
     q_end: torch.Tensor  # int32 [T]: one past the last row of the row's sample (the row itself on pads)
     prefix: bool  # whether any sample of the call brings earlier keys
-    #: int32 [n_blocks, 3]: the tiled forward's row blocks (row_blocks), at most `tokens` rows each
-    blocks: torch.Tensor
-    tokens: int  # tokens per block the table was built for (TILED_ROWS // group)
+    #: int32 [n_blocks, 3]: the tiled forward's row blocks (row_blocks), at most `tokens` rows each; None for the
+    #: one-warp-per-row forward, which reads no blocks
+    blocks: torch.Tensor | None
+    tokens: int | None  # tokens per block the table was built for (TILED_ROWS // group), or None
 
 
-_CACHE: weakref.WeakKeyDictionary[LayoutContext, dict[tuple[torch.device, int], _Tables]] = (
+_CACHE: weakref.WeakKeyDictionary[LayoutContext, dict[tuple[torch.device, int | None], _Tables]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -81,7 +82,9 @@ def row_blocks(ctx: LayoutContext, rows: int, n_keys: list[int], tokens: int) ->
     return out
 
 
-def _tables(ctx: LayoutContext, rows: int, device: torch.device, tokens: int = 1) -> _Tables:
+def _tables(ctx: LayoutContext, rows: int, device: torch.device, tokens: int | None = None) -> _Tables:
+    """The call's key tables, once per layout and device; the row blocks only when ``tokens`` (the tiled forward's
+    tokens per block) is given."""
     hit = _CACHE.get(ctx, {}).get((device, tokens))
     if hit is not None:
         return hit
@@ -98,11 +101,13 @@ def _tables(ctx: LayoutContext, rows: int, device: torch.device, tokens: int = 1
             q_end[r] = seg.end
         offset += plen + seg.length
     host = torch.tensor([key_base, n_keys, q_end], dtype=torch.int32)
-    blocks = torch.tensor(row_blocks(ctx, rows, n_keys, tokens), dtype=torch.int32).reshape(-1, 3)
+    blocks = None
+    if tokens is not None:
+        blocks = (
+            torch.tensor(row_blocks(ctx, rows, n_keys, tokens), dtype=torch.int32).reshape(-1, 3).to(device)
+        )
     dev = host.to(device)
-    out = _Tables(
-        dev[0].contiguous(), dev[1].contiguous(), dev[2].contiguous(), prefix, blocks.to(device), tokens
-    )
+    out = _Tables(dev[0].contiguous(), dev[1].contiguous(), dev[2].contiguous(), prefix, blocks, tokens)
     _CACHE.setdefault(ctx, {})[(device, tokens)] = out
     return out
 
@@ -125,7 +130,7 @@ class _Attention(torch.autograd.Function):
     def forward(ctx, q, k, v, scale, lctx):  # type: ignore[override]
         hq, hkv, d = q.shape[1], k.shape[1], q.shape[2]
         on_tiles = tiled(hq, hkv, d)
-        tables = _tables(lctx, q.shape[0], q.device, TILED_ROWS // (hq // hkv) if on_tiles else 1)
+        tables = _tables(lctx, q.shape[0], q.device, TILED_ROWS // (hq // hkv) if on_tiles else None)
         k_all, v_all = _keys(lctx, k, v) if tables.prefix else (k, v)
         if on_tiles:
             record(TILED_KERNEL, "fwd")
