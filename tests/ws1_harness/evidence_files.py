@@ -93,13 +93,7 @@ def evidence_files() -> list[tuple[Path, str, bool]]:
 
 #: Bundles whose full-width matrix is kept only beside the 36-layer chain of the same run (a chain merges only with
 #: a matrix of its own commit), not as the current matrix of its (profile, arch): folder -> why.
-CHAIN_COMPANIONS: dict[str, str] = {
-    "gpu-sm90-c7fbc8a": (
-        "the 36-layer triton_cuda_bf16 chain (parity 0, H200) and the matrix of its run; the chain's rerun at "
-        "473ee98 ran out of memory on the H100 that was lent (80 GB), so the newer matrix in merged-h100-67c0aa7 "
-        "has no chain of its own commit yet"
-    ),
-}
+CHAIN_COMPANIONS: dict[str, str] = {}
 
 
 def current_set(profile: str, arch: str) -> MatrixSet:

@@ -19,30 +19,7 @@ from ws1_harness.verdict import freshness
 
 #: bundle folder, or "folder/profile" for one profile's files in it, -> why that evidence is behind the code (to be
 #: replaced by the next GPU run); every file a key covers must be stale, and only those files are exempt
-KNOWN_STALE: dict[str, str] = {
-    "merged-h100-67c0aa7/triton_cuda_bf16": (
-        "the Triton matrix at 67c0aa7: the step ops' C++ host path (csrc/launch/, triton_ops/native.py) and the "
-        "bound launcher's capture list came after it. The kernels, tiles and judged calls are unchanged (a judged "
-        "call is observed, which keeps the step ops on Python), but no matrix has run since: the next merged run "
-        "replaces it"
-    ),
-    "merged-cuda-h100-d31b4e5/cuda_bf16": (
-        "the CUDA matrices at d31b4e5: 38fe91a moved the attention forward onto tensor cores (csrc/kernels/"
-        "attention_tiled.cu) and fixed the key tables of a prefixed call (cuda/attention.py). Only the attention "
-        "cells were rerun since, on an H100 at d0f3db3: 12/12 green on sm_90 code and 12/12 on the sm86 proxy "
-        "(attention-tiled-h100-d0f3db3); the next merged run replaces the whole matrix"
-    ),
-    "merged-cuda-h100-d31b4e5/cuda_bf16_sm90": (
-        "cuda_bf16_sm90 runs the generic attention, so 38fe91a's tensor-core forward changed it too (see the "
-        "cuda_bf16 entry); its Hopper kernels are unchanged; the next merged run replaces it"
-    ),
-    "gpu-sm90-c7fbc8a": (
-        "the 36-layer triton_cuda_bf16 chain and its run's matrix (kept as a chain companion: evidence_files."
-        "CHAIN_COMPANIONS): 4b063e8 factored the candidates' backward launches into shared functions and added "
-        "the training ops after it. The matrix was rerun at 67c0aa7 (merged-h100-67c0aa7, green); the chain's "
-        "rerun ran out of memory on the H100 (80 GB) and waits for the H200"
-    ),
-}
+KNOWN_STALE: dict[str, str] = {}
 
 
 def _bundles() -> list[tuple[Path, str, bool]]:
