@@ -513,7 +513,7 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     if shards_problem is not None:
         session.error(f"{name}: {shards_problem}")
     jobs = load_gpu_jobs()
-    runner = jobs.JobRunner(slots, session.log, slot_dir=gpu_slot_dir())
+    runner = jobs.JobRunner(slots, session.log, slot_dir=gpu_slot_dir(), light_slots=LIGHT_GPU_JOBS)
     logs = out / "logs"
     built = ROOT / "build" / f"cuda-{name}"
     builds: tuple[str, ...] = ()
@@ -598,6 +598,12 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     if failures:
         session.error(f"{name}: not green: {'; '.join(failures)}")
 
+
+#: the models whose matrices are light GPU commands (ci/gpu_jobs.py): the tiny widths peaked at 0.6-0.9 GiB of the
+#: card's memory at 35ae4ff (`peak_device_bytes` of docs/evidence/merged-h200-35ae4ff), a full-width one 17-26 GiB
+LIGHT_MODELS = frozenset({"tiny"})
+#: light slots of the machine, beside the full ones (`gpu_slots`): two light commands hold under 2 GiB
+LIGHT_GPU_JOBS = 2
 
 #: GPU memory per concurrent GPU command: on an 80 GB H100 four at once ran out (a GPU test run's caching
 #: allocator held 42 GB, another command 20 GB, when a full-width lm_head matrix asked for 2.6 GB more); two fit
@@ -891,7 +897,7 @@ def _matrix_job(
     tag = "" if shard is None else f"-shard-{shard[0]}-of-{shard[1]}"
     return jobs.Job(
         name=f"matrix {profile} ({model}){part}", log=logs / f"matrix-{profile}-{model}{tag}.log", env=env,
-        after=after, codes=(0, 1),
+        after=after, codes=(0, 1), light=model in LIGHT_MODELS,
         cmd=[ws1, "matrix", "--profile", profile, *model_args, *tier_args, *shard_args, "--out", str(pdir),
              "--force"],
     )  # fmt: skip

@@ -18,6 +18,12 @@ Without turns, the session with the longer queue retook each slot it freed in th
 got one (the sm86 session of the merged call at 9dd0891 started no GPU command). Each command writes its own log; the session prints a line as each starts and ends, and the tail of the log of any that failed. The times
 are written to `session-times.json` beside the evidence, so the evidence says what each profile cost.
 
+A light GPU command (the tiny-width matrices: under 1 GiB of the card's memory at 35ae4ff, against 17-26 GiB for a
+full-width one) takes one of a few light slots (`light-slot-<k>.lock`) instead of a full one. Why: the merged run
+at 35ae4ff was bound by its four full slots (1292 slot-seconds of GPU commands over 4 slots: a 323 s floor), and the
+tiny matrices held full slots for 191 of those seconds while using a thirtieth of a slot's memory. The light slots
+take no turns: each session has one or four light commands, and a full slot's line must not wait on them.
+
 The noxfile imports this file; `python ci/gpu_jobs.py --help` shows nothing more than this text (it is a library).
 """
 
@@ -39,8 +45,9 @@ NOT_RUN = -100
 @dataclasses.dataclass
 class Job:
     """One command of a GPU session. `after`: the jobs that must succeed before it starts; `gpu`: whether it
-    takes one of the GPU slots; `codes`: the exit codes that count as success (a matrix exits 1 on a red cell:
-    the gate judges that afterwards)."""
+    takes one of the GPU slots; `light`: a GPU command that needs little memory, which takes a light slot where the
+    runner has any (else a full one); `codes`: the exit codes that count as success (a matrix exits 1 on a red
+    cell: the gate judges that afterwards)."""
 
     name: str
     cmd: list[str]
@@ -48,6 +55,7 @@ class Job:
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     after: tuple[str, ...] = ()
     gpu: bool = True
+    light: bool = False
     codes: tuple[int, ...] = (0,)
     rc: int | None = None
     start_s: float | None = None
@@ -68,10 +76,14 @@ class JobRunner:
         poll_s: float = 0.2,
         slot_dir: Path | None = None,
         fair: bool = True,
+        light_slots: int = 0,
     ) -> None:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
+        if light_slots < 0:
+            raise ValueError(f"light_slots must be at least 0, got {light_slots}")
         self.slots = slots
+        self.light_slots = light_slots  # 0: light commands take full slots like the others
         self.say = say
         self.poll_s = poll_s
         self.slot_dir = slot_dir
@@ -144,6 +156,25 @@ class JobRunner:
             return fd
         return None
 
+    def _light(self, job: Job) -> bool:
+        """Whether `job` runs in a light slot (a light GPU command, and the runner has light slots)."""
+        return job.gpu and job.light and self.light_slots > 0
+
+    def _take_light_slot(self, busy: int) -> int | None:
+        """A light slot: its lock file's descriptor (machine-wide slots), -1 (this runner's own count), or None
+        when every light slot is taken. No line: light commands never hold up the full slots' turns."""
+        if self.slot_dir is None:
+            return -1 if busy < self.light_slots else None
+        for k in range(self.light_slots):
+            fd = os.open(self.slot_dir / f"light-slot-{k}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            return fd
+        return None
+
     def _free_slot(self, name: str) -> None:
         fd = self._held.pop(name, -1)
         if fd >= 0:
@@ -184,7 +215,9 @@ class JobRunner:
             self._free_slot(name)
             verdict = "done" if job.ok else f"FAILED (exit {rc})"
             self.say(f"{verdict}: {job.name} in {job.wall_s:.0f} s (log {job.log})")
-        gpu_busy = sum(1 for n in self._running if self._by_name(n).gpu)
+        running = [self._by_name(n) for n in self._running]
+        gpu_busy = sum(1 for j in running if j.gpu and not self._light(j))
+        light_busy = sum(1 for j in running if self._light(j))
         waiting = False  # a GPU job ready to start found no slot
         for job in self.jobs:
             if job.rc is not None or job.name in self._running:
@@ -197,7 +230,13 @@ class JobRunner:
                 continue
             if not all(d.ok for d in deps):
                 continue
-            if job.gpu:
+            if self._light(job):
+                slot = self._take_light_slot(light_busy)
+                if slot is None:
+                    continue
+                self._held[job.name] = slot
+                light_busy += 1
+            elif job.gpu:
                 slot = self._take_slot(gpu_busy)
                 if slot is None:
                     waiting = True
@@ -295,11 +334,13 @@ def write_times(path: Path, session: str, runner: JobRunner) -> dict[str, object
         "session": session,
         "total_s": round(total_s, 1),
         "gpu_slots": slots,
+        "light_gpu_slots": runner.light_slots,
         "gpu_slots_shared_with_other_sessions": shared_with_machine,
         "jobs": [
             {
                 "name": j.name,
                 "gpu": j.gpu,
+                "light": j.light,
                 "after": list(j.after),
                 "start_s": None if j.start_s is None else round(j.start_s, 1),
                 "wall_s": None if j.wall_s is None else round(j.wall_s, 1),

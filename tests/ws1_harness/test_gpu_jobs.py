@@ -550,3 +550,50 @@ def test_sessions_at_once_share_one_parameter_folder(
     assert noxfile.param_cache_dir() == first and str(os.getuid()) in first.name
     monkeypatch.setenv("WS1_PARAM_CACHE", "/x/params")  # the control: the variable names another folder
     assert noxfile.param_cache_dir() == Path("/x/params") != first
+
+
+# ---- light slots: a GPU command that needs little memory (the tiny matrices) runs beside the full slots
+
+
+def _full_and_light(tmp_path: Path, light_slots: int, slot_dir: Path | None = None) -> tuple[object, object]:
+    r = JOBS.JobRunner(1, say=lambda _msg: None, poll_s=0.02, slot_dir=slot_dir, light_slots=light_slots)
+    full = r.add(JOBS.Job("full", _sleep(0.6), tmp_path / "full.log"))
+    light = r.add(JOBS.Job("light", _sleep(0.6), tmp_path / "light.log", light=True))
+    r.run()
+    return full, light
+
+
+@pytest.mark.parametrize("machine", [False, True], ids=["own-slots", "machine-slots"])
+def test_a_light_job_runs_beside_the_full_slots_job(tmp_path: Path, machine: bool) -> None:
+    full, light = _full_and_light(tmp_path, 1, tmp_path / "slots" if machine else None)
+    assert full.ok and light.ok and _overlap(full, light)
+
+
+def test_without_light_slots_a_light_job_takes_a_full_slot(tmp_path: Path) -> None:
+    """The control: no light slot, one full slot: the same two jobs run one after the other."""
+    full, light = _full_and_light(tmp_path, 0)
+    assert full.ok and light.ok and not _overlap(full, light)
+
+
+def test_light_jobs_queue_for_their_own_slots(tmp_path: Path) -> None:
+    """Two light jobs and one light slot: one after the other, while the full slot stays free for full jobs."""
+    r = JOBS.JobRunner(1, say=lambda _msg: None, poll_s=0.02, light_slots=1)
+    a = r.add(JOBS.Job("a", _sleep(0.4), tmp_path / "a.log", light=True))
+    b = r.add(JOBS.Job("b", _sleep(0.4), tmp_path / "b.log", light=True))
+    full = r.add(JOBS.Job("full", _sleep(0.4), tmp_path / "full.log"))
+    r.run()
+    assert not _overlap(a, b) and _overlap(a, full)
+
+
+def test_negative_light_slots_are_refused() -> None:
+    with pytest.raises(ValueError, match="light_slots must be at least 0"):
+        JOBS.JobRunner(1, say=print, light_slots=-1)
+
+
+def test_the_tiny_matrices_are_the_light_jobs(noxfile: ModuleType, tmp_path: Path) -> None:
+    tiny = noxfile._matrix_job(JOBS, "cuda_bf16", "tiny", ["short"], tmp_path, {}, None, (), tmp_path)
+    full = noxfile._matrix_job(JOBS, "cuda_bf16", "qwen3-8b", ["short"], tmp_path, {}, None, (), tmp_path)
+    assert tiny.light and not full.light
+    r = JOBS.JobRunner(1, say=lambda _msg: None, light_slots=noxfile.LIGHT_GPU_JOBS)
+    record = JOBS.write_times(tmp_path / "t.json", "gpu_sm90", r)
+    assert record["light_gpu_slots"] == noxfile.LIGHT_GPU_JOBS >= 1
