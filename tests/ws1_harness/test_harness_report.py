@@ -153,10 +153,14 @@ def test_a_merged_report_names_its_shards(factory, tmp_path) -> None:
     text = render_markdown(merge([a.path, b.path]), "all.json")
     shards = text.split("## Shards", 1)[1]
     assert "| 0 | shard_a.json |" in shards and "| 1 | shard_b.json |" in shards
+    # the merge's own provenance is labelled as the merging machine's, not read as where the cells ran
+    assert "- merged on: device " in text and "- merged on: torch " in text
     single, _ = factory.write("single")  # the negative control: a single run has no shard list
     from ws1_harness.verdict.evidence import read_evidence
 
-    assert "## Shards" not in render_markdown(read_evidence(single.path), "single.json")
+    alone = render_markdown(read_evidence(single.path), "single.json")
+    assert "## Shards" not in alone
+    assert "merged on" not in alone and "\n- device " in alone
 
 
 def test_heatmap_has_a_glyph_per_cell_counts_in_the_legend_and_outlined_gaps(factory, recwarn) -> None:

@@ -155,15 +155,19 @@ def render_markdown(
     if verdict is None:
         verdict = gate(doc, source=source, expect_profiles=expect_profiles)
     prov = doc["provenance"]
+    # a merged file's provenance is the merge's own (the machine that ran `ws1 merge`): said so, since each shard's
+    # device and versions are in the shard list, and a reader took the merging host's CPU for where cells ran
+    where = "merged on: " if doc["shards"] else ""
     rows, cols, cells = _grid(doc)
     out = [f"# ws1 evidence report: {source}", ""]
     out += ["```", *verdict.lines[:4], "```", ""]
     out += [
         f"- {commit_label(prov)}, from {prov['git_source']}"
         + ("" if prov["git_commit"] == "unknown" else f": `{prov['git_commit']}`"),
-        f"- device {prov['device']} `{prov['device_name']}` capability {_txt(prov['capability'], '-')} "
-        f"driver {_txt(prov['driver'])}",
-        f"- torch {prov['torch']}, triton {prov['triton']}, CUDA {_txt(prov['cuda'], 'none (CPU build)')}, "
+        f"- {where}device {prov['device']} `{prov['device_name']}` capability {_txt(prov['capability'], '-')} "
+        f"driver {_txt(prov['driver'])}"
+        + (" (each shard's own device: the shard list below)" if where else ""),
+        f"- {where}torch {prov['torch']}, triton {prov['triton']}, CUDA {_txt(prov['cuda'], 'none (CPU build)')}, "
         f"python {prov['python']}",
         f"- workload `{doc['workload']['id']}` {doc['workload']['fingerprint']}",
         f"- contract {doc['contract']['fingerprint']}",
