@@ -144,17 +144,10 @@ class JobRunner:
             return -1 if busy < self.slots else None
         if self.fair and not self._first_in_line():
             return None
-        for k in range(self.slots):
-            fd = os.open(self.slot_dir / f"slot-{k}.lock", os.O_RDWR | os.O_CREAT, 0o666)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                continue
-            if self.fair:
-                self._queue_ticket(served=True)  # served: behind the sessions served less
-            return fd
-        return None
+        fd = _lock_free(self.slot_dir, "slot", self.slots)
+        if fd is not None and self.fair:
+            self._queue_ticket(served=True)  # served: behind the sessions served less
+        return fd
 
     def _light(self, job: Job) -> bool:
         """Whether `job` runs in a light slot (a light GPU command, and the runner has light slots)."""
@@ -165,15 +158,7 @@ class JobRunner:
         when every light slot is taken. No line: light commands never hold up the full slots' turns."""
         if self.slot_dir is None:
             return -1 if busy < self.light_slots else None
-        for k in range(self.light_slots):
-            fd = os.open(self.slot_dir / f"light-slot-{k}.lock", os.O_RDWR | os.O_CREAT, 0o666)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                continue
-            return fd
-        return None
+        return _lock_free(self.slot_dir, "light-slot", self.light_slots)
 
     def _free_slot(self, name: str) -> None:
         fd = self._held.pop(name, -1)
@@ -289,6 +274,20 @@ class JobRunner:
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self._t0
+
+
+def _lock_free(slot_dir: Path, kind: str, count: int) -> int | None:
+    """The descriptor of the first of `<kind>-<k>.lock` (k < count) in `slot_dir` that this process could lock
+    (closing it releases the lock, as does the process's end), or None when every one is held."""
+    for k in range(count):
+        fd = os.open(slot_dir / f"{kind}-{k}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        return fd
+    return None
 
 
 def _read_ticket(path: Path) -> tuple[int, int] | None:
