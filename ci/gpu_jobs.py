@@ -215,19 +215,15 @@ class JobRunner:
                 continue
             if not all(d.ok for d in deps):
                 continue
-            if self._light(job):
-                slot = self._take_light_slot(light_busy)
+            if job.gpu:
+                light = self._light(job)
+                slot = self._take_light_slot(light_busy) if light else self._take_slot(gpu_busy)
                 if slot is None:
+                    waiting = waiting or not light  # the machine's line is for the full slots alone
                     continue
                 self._held[job.name] = slot
-                light_busy += 1
-            elif job.gpu:
-                slot = self._take_slot(gpu_busy)
-                if slot is None:
-                    waiting = True
-                    continue
-                self._held[job.name] = slot
-                gpu_busy += 1
+                light_busy += light
+                gpu_busy += not light
             try:
                 self._start(job)
             except BaseException:
