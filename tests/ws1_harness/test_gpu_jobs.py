@@ -141,19 +141,28 @@ def test_sessions_with_their_own_slots_run_together(tmp_path: Path) -> None:
 
 def _busy_and_late(tmp_path: Path, fair: bool) -> tuple[list[object], object]:
     """Session A queues three GPU jobs on the machine's one slot; session B's one job becomes ready while A's
-    first runs. A's jobs and B's job."""
-    import threading
+    first runs. A's jobs and B's job, their start times on A's clock.
 
+    The two sessions are stepped by hand in one thread, A's poll always before B's, and each step waits for the
+    running command to end: the moment A gives its slot back and would retake it is the same on every host, so
+    the order seen is the policy's, never the scheduler's (threads let B slip in between under load)."""
     slots = tmp_path / "slots"
     a = JOBS.JobRunner(1, say=lambda _msg: None, poll_s=0.02, slot_dir=slots, fair=fair)
     b = JOBS.JobRunner(1, say=lambda _msg: None, poll_s=0.02, slot_dir=slots, fair=fair)
-    mine = [a.add(JOBS.Job(f"a{i}", _sleep(0.4), tmp_path / f"a{i}.log")) for i in range(3)]
-    late = b.add(JOBS.Job("b", _sleep(0.2), tmp_path / "b.log"))
-    ta = threading.Thread(target=a.run)
-    ta.start()
-    time.sleep(0.1)
-    b.run()
-    ta.join()
+    mine = [a.add(JOBS.Job(f"a{i}", _sleep(0.05), tmp_path / f"a{i}.log")) for i in range(3)]
+    late = b.add(JOBS.Job("b", _sleep(0.05), tmp_path / "b.log"))
+    a.poll()  # A's first job takes the one slot
+    for _step in range(10):  # 4 commands, one at a time: 4 steps end them, the rest is margin
+        b.poll()  # B finds the slot taken (and, with turns, queues its ticket)
+        for runner in (a, b):
+            for proc, _began in list(runner._running.values()):
+                proc.wait()
+        a.poll()  # A reaps its job, frees the slot and may retake it at once
+        if all(j.rc is not None for j in (*mine, late)):
+            break
+    b.poll()
+    for runner in (a, b):
+        runner._leave_line()
     late.start_s += b._t0 - a._t0  # one clock for both
     return mine, late
 
