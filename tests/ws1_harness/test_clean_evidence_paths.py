@@ -66,3 +66,14 @@ def test_a_path_is_replaced_only_where_it_stands_whole() -> None:
         "/tmp/ws1-device-clone/root/out /home/root/outputs /root/outx '/root/out/a'"
     )
     assert text == "<checkout>/root/out /home/root/outputs /root/outx '<out>/a'" and count == 2
+
+
+def test_the_checkout_path_is_the_device_sessions_clone_dir() -> None:
+    """The clone folder is defined by ci/device_session.sh (CLONE_DIR's default); the tool's copy must say the
+    same, or a changed default would leave every log's checkout paths in place."""
+    import re
+
+    script = (Path(clean.__file__).parent / "device_session.sh").read_text()
+    match = re.search(r"CLONE_DIR:-([^}]+)\}", script)
+    assert match is not None, "ci/device_session.sh no longer defaults CLONE_DIR"
+    assert (match.group(1), "<checkout>") in clean.REPLACEMENTS
