@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "../binding.h"
@@ -230,13 +231,72 @@ void wgrad(const Tensor& dy, const Tensor& x, const Tensor& table, int64_t n_blo
 void wgrad_meta(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&, const std::optional<Tensor>&,
                 int64_t, int64_t) {}
 
+// ------------------------------------------------------------------------------------------- attention
+
+// Causal GQA attention forward (attention_sm90.cu): (o [T, Hq, D] bf16, lse [T, Hq] fp32). blocks: int32
+// [n_blocks, 3] row blocks of at most block_rows / (Hq / Hkv) tokens, or None (one token a CTA: the step path).
+// The host tables are the generic attn_fwd_tiled's (cuda/attention.py builds them once per layout).
+void check_table32(const char* name, const Tensor& t, int64_t rows) {
+  TORCH_CHECK(t.is_cuda() && t.scalar_type() == at::kInt && t.dim() == 1 && t.is_contiguous() && t.size(0) == rows,
+              "ws1_sm90.attn_fwd: ", name, " must be contiguous int32 [", rows, "] on the device");
+}
+
+std::tuple<Tensor, Tensor> attn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_base,
+                                    const Tensor& n_keys, const std::optional<Tensor>& blocks, int64_t block_rows,
+                                    double scale) {
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}}) {
+    check_bf16("sm90.attn_fwd", name, *t);
+    check_address("sm90.attn_fwd", name, *t);
+  }
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.sizes() == k.sizes() && k.size(2) == q.size(2),
+              "ws1_sm90.attn_fwd: q [T, Hq, D] and k, v [rows, Hkv, D] expected, got ", q.sizes(), ", ", k.sizes(),
+              ", ", v.sizes());
+  const int64_t hq = q.size(1), hkv = k.size(1), d = q.size(2);
+  TORCH_CHECK(ws1::sm90::attn_fwd_supported(static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(d),
+                                            static_cast<int>(block_rows)),
+              "ws1_sm90.attn_fwd: head dim 128, block_rows 64 or 128 and a query group dividing it only; got Hq ",
+              hq, ", Hkv ", hkv, ", D ", d, ", block_rows ", block_rows);
+  check_table32("key_base", key_base, q.size(0));
+  check_table32("n_keys", n_keys, q.size(0));
+  int64_t n_blocks = q.size(0);
+  if (blocks.has_value()) {
+    TORCH_CHECK(blocks->is_cuda() && blocks->scalar_type() == at::kInt && blocks->dim() == 2 &&
+                    blocks->size(1) == 3 && blocks->is_contiguous(),
+                "ws1_sm90.attn_fwd: blocks must be contiguous int32 [n_blocks, 3] on the device, or None");
+    n_blocks = blocks->size(0);
+  }
+  const c10::cuda::CUDAGuard guard(q.device());
+  Tensor o = at::empty_like(q);
+  Tensor lse = at::empty({q.size(0), hq}, q.options().dtype(at::kFloat));
+  if (q.size(0) == 0 || k.size(0) == 0) {
+    o.zero_();
+    lse.zero_();
+    return {o, lse};
+  }
+  check_launch("sm90.attn_fwd",
+               ws1::sm90::attn_fwd(bf(q), bf(k), bf(v), key_base.data_ptr<int32_t>(), n_keys.data_ptr<int32_t>(),
+                                   blocks.has_value() ? blocks->data_ptr<int32_t>() : nullptr, n_blocks, k.size(0),
+                                   bf_mut(o), lse.data_ptr<float>(), static_cast<int>(hq), static_cast<int>(hkv),
+                                   static_cast<int>(d), static_cast<int>(block_rows), static_cast<float>(scale),
+                                   q.get_device(), at::cuda::getCurrentCUDAStream()));
+  return {o, lse};
+}
+
+std::tuple<Tensor, Tensor> attn_fwd_meta(const Tensor& q, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         const std::optional<Tensor>&, int64_t, double) {
+  return {at::empty_like(q), at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat))};
+}
+
 std::vector<ws1::binding::AttributeRow> kernel_attributes() {
-  ws1::KernelInfo infos[24];
-  int n = ws1::sm90::gemm_kernel_infos(infos, 24);
-  n += ws1::sm90::gemm_f32out_infos(infos + n, 24 - n);
-  n += ws1::sm90::logp_kernel_infos(infos + n, 24 - n);
-  n += ws1::sm90::linear_logp_infos(infos + n, 24 - n);
-  n += ws1::sm90::wgrad_infos(infos + n, 24 - n);
+  constexpr int kCap = 32;
+  ws1::KernelInfo infos[kCap];
+  int n = ws1::sm90::gemm_kernel_infos(infos, kCap);
+  n += ws1::sm90::gemm_f32out_infos(infos + n, kCap - n);
+  n += ws1::sm90::logp_kernel_infos(infos + n, kCap - n);
+  n += ws1::sm90::linear_logp_infos(infos + n, kCap - n);
+  n += ws1::sm90::wgrad_infos(infos + n, kCap - n);
+  n += ws1::sm90::attn_fwd_infos(infos + n, kCap - n);
+  TORCH_CHECK(n < kCap, "ws1_sm90.kernel_attributes: the table of ", kCap, " kernels is full: raise kCap");
   return ws1::binding::attribute_rows(infos, n);
 }
 
@@ -249,6 +309,9 @@ TORCH_LIBRARY(ws1_sm90, m) {
   m.def("gemm_f32(Tensor a, Tensor b, bool b_trans) -> Tensor");
   m.def("linear_logp_fwd(Tensor x, Tensor w, Tensor targets) -> (Tensor, Tensor)");
   m.def(
+      "attn_fwd(Tensor q, Tensor k, Tensor v, Tensor key_base, Tensor n_keys, Tensor? blocks, int block_rows, "
+      "float scale) -> (Tensor, Tensor)");
+  m.def(
       "wgrad(Tensor dy, Tensor x, Tensor table, int n_blocks, Tensor(a!) main_grad, Tensor? dy_lo=None, "
       "int consumers=1, int stage_rows=64) -> ()");
 }
@@ -260,6 +323,7 @@ TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) {
   m.impl("gemm_f32", &gemm_f32);
   m.impl("linear_logp_fwd", &linear_logp_fwd);
   m.impl("wgrad", &wgrad);
+  m.impl("attn_fwd", &attn_fwd);
 }
 
 TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) {
@@ -269,6 +333,7 @@ TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) {
   m.impl("gemm_f32", &gemm_f32_meta);
   m.impl("linear_logp_fwd", &linear_logp_fwd_meta);
   m.impl("wgrad", &wgrad_meta);
+  m.impl("attn_fwd", &attn_fwd_meta);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -217,3 +217,46 @@ def test_the_weight_gradient_op_and_id_are_declared() -> None:
 
 def test_the_wgrad_tile_is_the_headers() -> None:
     assert _header_constant(HEADER.read_text(), "kWgradTile") == sm90.WGRAD_TILE
+
+
+def test_the_hopper_attention_entry_runs_its_own_forward_and_the_generic_backward() -> None:
+    from ws1_kernels.cuda import attention as generic_att
+    from ws1_kernels.cuda_sm90 import attention as sm90_att
+
+    entry = sm90_att.OPS["attention"]
+    assert entry.kernel_id == sm90_att.KERNEL == sm90_att.FORWARD.kernel
+    assert entry.kernel_ids == {
+        generic_att.KERNEL
+    }  # the backward, and the forward at widths it does not serve
+    assert {"ws1_sm90.attn_fwd", "ws1.attn_bwd"} <= entry.declared_ops
+    assert set(sm90_att.OPS) == {"attention"}
+    # the control: the generic entry's forward is another kernel, which the Hopper entry records nowhere
+    assert generic_att.GENERIC.kernel not in {entry.kernel_id, *entry.kernel_ids}
+
+
+@pytest.mark.parametrize(
+    ("hq", "hkv", "d", "rows", "served"),
+    [
+        (32, 8, 128, 128, True),  # Qwen3-8B: 32 tokens a block
+        (32, 8, 128, 64, True),  # the step path's one-warpgroup CTA
+        (40, 8, 128, 128, False),  # a group of 5 divides neither block
+        (32, 8, 64, 128, False),  # another head dim
+        (32, 0, 128, 128, False),
+    ],
+)
+def test_the_hopper_attention_serves_the_widths_the_kernel_takes(
+    hq: int, hkv: int, d: int, rows: int, served: bool
+) -> None:
+    from ws1_kernels.cuda_sm90 import attention as sm90_att
+
+    assert sm90_att.supports(hq, hkv, d, rows) is served
+
+
+def test_the_hopper_attention_block_sizes_are_the_kernels() -> None:
+    """The Python block sizes are the launcher's: 128 rows take two warpgroups, 64 one (attention_sm90.cu)."""
+    from ws1_kernels.cuda_sm90 import attention as sm90_att
+
+    src = (HEADER.parent / "attention_sm90.cu").read_text()
+    assert "block_rows == 128 ? launch<2," in src and "(block_rows == 64 || block_rows == 128)" in src
+    assert (sm90_att.BLOCK_ROWS, sm90_att.STEP_BLOCK_ROWS) == (128, 64)
+    assert sm90_att.FORWARD.tokens(32, 8) == 32

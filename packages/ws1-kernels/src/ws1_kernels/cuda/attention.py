@@ -16,6 +16,7 @@ group's heads and the sample's later rows, in order. No atomics, no split of a r
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -42,15 +43,42 @@ def tiled(hq: int, hkv: int, d: int) -> bool:
 
 
 @dataclass(frozen=True)
+class TiledForward:
+    """A row-block forward: its kernel id, the query rows a CTA takes, whether it serves given widths, and its op
+    ``(q, k, v, key_base, n_keys, blocks, scale) -> (o, lse)``. The generic profile's is attention_tiled.cu's
+    (``GENERIC``); the Hopper profile passes its own (``cuda_sm90.attention``). The tables, the backward and the
+    fallback for other widths are the same for both, so a profile differs from the other in its forward alone."""
+
+    kernel: str
+    rows: int
+    supports: Callable[[int, int, int], bool]
+    call: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+    def tokens(self, hq: int, hkv: int) -> int:
+        """Tokens per row block at a query group of ``hq // hkv``."""
+        return self.rows // (hq // hkv)
+
+
+GENERIC = TiledForward(
+    TILED_KERNEL,
+    TILED_ROWS,
+    tiled,
+    lambda q, k, v, key_base, n_keys, blocks, scale: torch.ops.ws1.attn_fwd_tiled(
+        q, k, v, key_base, n_keys, blocks, scale
+    ),
+)
+
+
+@dataclass(frozen=True)
 class _Tables:
     key_base: torch.Tensor  # int32 [T]: the key row of the sample's position 0
     n_keys: torch.Tensor  # int32 [T]: the query's position + 1 (0 on pads)
     q_end: torch.Tensor  # int32 [T]: one past the last row of the row's sample (the row itself on pads)
     prefix: bool  # whether any sample of the call brings earlier keys
-    #: int32 [n_blocks, 3]: the tiled forward's row blocks (row_blocks), at most `tokens` rows each; None for the
+    #: int32 [n_blocks, 3]: a tiled forward's row blocks (row_blocks), at most `tokens` rows each; None for the
     #: one-warp-per-row forward, which reads no blocks
     blocks: torch.Tensor | None
-    tokens: int | None  # tokens per block the table was built for (TILED_ROWS // group), or None
+    tokens: int | None  # tokens per block the table was built for (TiledForward.tokens), or None
 
 
 _CACHE: weakref.WeakKeyDictionary[LayoutContext, dict[tuple[torch.device, int | None], _Tables]] = (
@@ -127,16 +155,14 @@ def _keys(ctx: LayoutContext, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.T
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, scale, lctx):  # type: ignore[override]
+    def forward(ctx, q, k, v, scale, lctx, fwd):  # type: ignore[override]
         hq, hkv, d = q.shape[1], k.shape[1], q.shape[2]
-        on_tiles = tiled(hq, hkv, d)
-        tables = _tables(lctx, q.shape[0], q.device, TILED_ROWS // (hq // hkv) if on_tiles else None)
+        on_tiles = fwd.supports(hq, hkv, d)
+        tables = _tables(lctx, q.shape[0], q.device, fwd.tokens(hq, hkv) if on_tiles else None)
         k_all, v_all = _keys(lctx, k, v) if tables.prefix else (k, v)
         if on_tiles:
-            record(TILED_KERNEL, "fwd")
-            o, lse = torch.ops.ws1.attn_fwd_tiled(
-                q, k_all, v_all, tables.key_base, tables.n_keys, tables.blocks, scale
-            )
+            record(fwd.kernel, "fwd")
+            o, lse = fwd.call(q, k_all, v_all, tables.key_base, tables.n_keys, tables.blocks, scale)
         else:
             record(KERNEL, "fwd")
             o, lse = torch.ops.ws1.attn_fwd(q, k_all, v_all, tables.key_base, tables.n_keys, scale)
@@ -154,14 +180,21 @@ class _Attention(torch.autograd.Function):
         dq, dk, dv = torch.ops.ws1.attn_bwd(
             q, k, v, o, dout.contiguous(), lse, t.key_base, t.n_keys, t.q_end, ctx.scale
         )
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None
 
 
 def attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, ctx: LayoutContext
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    ctx: LayoutContext,
+    *,
+    forward: TiledForward = GENERIC,
+    where: str = "cuda_bf16.attention",
 ) -> torch.Tensor:
-    """Causal attention within each sample: ``q[T,Hq,D], k[T,Hkv,D], v[T,Hkv,D] -> [T,Hq,D]``."""
-    where = "cuda_bf16.attention"
+    """Causal attention within each sample: ``q[T,Hq,D], k[T,Hkv,D], v[T,Hkv,D] -> [T,Hq,D]``; ``forward`` the
+    row-block forward where it serves the widths (the profile's choice)."""
     scale = check_attention(where, q, k, v, scale, ctx, None)
     check_inputs(where, ctx, q.shape[0], q=q, k=k, v=v)
     if q.shape[2] > 256:
@@ -169,7 +202,7 @@ def attention(
     for sid, (pk, pv) in ctx.kv_prefix.items():
         if pk.device != q.device or pv.device != q.device or pk.dtype != q.dtype or pv.dtype != q.dtype:
             raise KernelInputError(f"{where}: kv_prefix[{sid}] must be {q.dtype} on {q.device}")
-    return _Attention.apply(q, k, v, scale, ctx)
+    return _Attention.apply(q, k, v, scale, ctx, forward)
 
 
 # lift_fresh/_to_copy: the host-built key tables (once per call and device); slice/cat: a prefixed call's keys laid

@@ -1,0 +1,347 @@
+// Causal GQA attention forward on Hopper (profile cuda_bf16_sm90): TMA + wgmma, bf16 in, fp32 accumulators.
+//
+// The rule is the generic tiled kernel's (../kernels/attention_tiled.cu), so prefill, chunked prefill and decode
+// give a row the same bits:
+//   - a CTA takes one row block: consecutive tokens of one sample times the group's query heads of one kv head
+//     (row r = token r / G of the block, head g G + r % G), so its rows share their keys; the host builds the
+//     blocks once per layout, or passes none and the CTA takes one token (the step path);
+//   - the keys are walked in fixed logical blocks of 64 from position 0 up to the block's last key;
+//   - per row: S = Q K^T over the head dim in ascending 16-wide wgmma k-steps, keys at or past the row's own
+//     n_keys masked to -inf by a select, the row max and the row sum of p = exp2(s - m) in a fixed order (a
+//     thread's 16 values in ascending key order, then the quad's butterfly), l = l alpha + sum, and
+//     O = O alpha + bf16(P) V in ascending 16-key k-steps.
+//   A key block past a row's last key leaves the row's state unchanged bit for bit (scores -inf: m stays, alpha = 1
+//   exactly, the sum adds +0, P V adds exact zeros), so a row's bits do not depend on the block it lands in.
+//
+// How it is laid out on the machine:
+//   - one producer warp streams each key block's K and V (a 64 x 128 box each) by TMA into a ring of kStages slots,
+//     one full and one empty mbarrier a slot;
+//   - W consumer warpgroups take 64 query rows each (W = 2: 128-row blocks, so each key block TMA writes to shared
+//     memory feeds twice the MMA work, 128 flops a byte, and L2 is not the limit);
+//   - S is wgmma m64n64k16 with Q and K from shared memory (K-major, 128-byte swizzle); P V is m64n128k16 with P
+//     from registers (an m64n64 accumulator's registers are, in order, the A fragments of its four 16-key k-steps)
+//     and V read MN-major from the same slot that TMA wrote.
+//   - TMA reads whole boxes, so the last block can hold another sample's keys, a cache's stale slots, or zero fill
+//     past the tensor. Their scores are masked by the select; their values are zeroed in shared memory (behind a
+//     proxy fence and a barrier of the consumers) before P V, so 0 x inf or 0 x NaN never reaches a real row.
+// No split of the key range, no atomics: one writer per output element.
+#include <climits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/device_kernel.h"
+#include "ws1_sm90.h"
+
+namespace ws1::sm90 {
+namespace attn_detail {
+
+using namespace cute;
+using Element = cutlass::bfloat16_t;
+
+constexpr int kD = 128;     // head dim
+constexpr int kKeys = 64;   // keys per logical key block
+constexpr int kWgRows = 64;  // query rows per consumer warpgroup
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+using SmemQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kWgRows>, Int<kD>>{}));
+template <int kStages>
+using SmemKV = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
+                                      Shape<Int<kKeys>, Int<kD>, Int<kStages>>{}));
+// V as P V's B operand (N = head dim, K = keys): the same bytes, seen transposed (MN-major)
+template <int kStages>
+using SmemVt = decltype(composition(SmemKV<kStages>{}, make_layout(Shape<Int<kD>, Int<kKeys>, Int<kStages>>{},
+                                                                   Stride<Int<kKeys>, _1, Int<kKeys * kD>>{})));
+
+using MmaS = decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}));
+using MmaO = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{}));
+
+// The key (or value) tensor as TMA sees it: (key row, head dim, kv head)
+inline auto kv_tensor(const bf16* p, int rows, int hkv) {
+  return make_tensor(make_gmem_ptr(reinterpret_cast<const Element*>(p)), make_shape(rows, Int<kD>{}, hkv),
+                     make_stride(hkv * kD, _1{}, kD));
+}
+
+template <int kStages>
+auto kv_tma(const bf16* p, int rows, int hkv) {
+  return make_tma_atom(SM90_TMA_LOAD{}, kv_tensor(p, rows, hkv), SmemKV<kStages>{}(_, _, 0),
+                       Shape<Int<kKeys>, Int<kD>>{});
+}
+
+template <int W, int kStagesT>
+struct Cfg {
+  static constexpr int kStages = kStagesT;
+  static constexpr int kConsumerThreads = 128 * W;
+  static constexpr int kThreads = kConsumerThreads + 32;  // and one producer warp, the last
+  using Tma = decltype(kv_tma<kStages>(nullptr, 0, 0));
+  struct SharedStorage {
+    alignas(1024) ArrayEngine<Element, cosize_v<SmemQ> * W> q;
+    alignas(1024) ArrayEngine<Element, cosize_v<SmemKV<kStages>>> k;
+    alignas(1024) ArrayEngine<Element, cosize_v<SmemKV<kStages>>> v;
+    alignas(8) uint64_t full[kStages];   // the slot's K and V landed
+    alignas(8) uint64_t empty[kStages];  // every consumer thread is done with the slot
+  };
+};
+
+using Full = cutlass::arch::ClusterTransactionBarrier;
+using Empty = cutlass::arch::ClusterBarrier;
+
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (the lower address), .y = hi
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// blocks: int32 [n_blocks, 3] = (first row, tokens in the block, the block's key count: the largest n_keys of its
+// rows), or null: one token a CTA, its key count its own
+template <int W, int kStages>
+__global__ void __launch_bounds__(Cfg<W, kStages>::kThreads, 1)
+    ws1_sm90_attn_fwd(CUTLASS_GRID_CONSTANT typename Cfg<W, kStages>::Tma const tma_k,
+                      CUTLASS_GRID_CONSTANT typename Cfg<W, kStages>::Tma const tma_v, const bf16* __restrict__ q,
+                      const int32_t* __restrict__ key_base, const int32_t* __restrict__ n_keys,
+                      const int32_t* __restrict__ blocks, bf16* __restrict__ o, float* __restrict__ lse, int kv_rows,
+                      int hq, int hkv, float scale_log2) {
+  using C = Cfg<W, kStages>;
+  extern __shared__ __align__(1024) char smem_raw[];
+  auto& smem = *reinterpret_cast<typename C::SharedStorage*>(smem_raw);
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.begin()), SmemKV<kStages>{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.begin()), SmemKV<kStages>{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem.v.begin()), SmemVt<kStages>{});
+
+  const int g = static_cast<int>(blockIdx.y);
+  const int group = hq / hkv;
+  const int t0 = blocks ? blocks[3 * blockIdx.x] : static_cast<int>(blockIdx.x);
+  const int tokens = blocks ? blocks[3 * blockIdx.x + 1] : 1;
+  const int key_count = blocks ? blocks[3 * blockIdx.x + 2] : n_keys[t0];
+  const int n_kb = (key_count + kKeys - 1) / kKeys;
+  const int base = tokens > 0 ? key_base[t0] : 0;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      Full::init(&smem.full[s], 1);
+      Empty::init(&smem.empty[s], C::kConsumerThreads);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  // The producer warp: one lane walks the key blocks into the ring, kStages - 1 ahead of the consumers.
+  if (threadIdx.x >= C::kConsumerThreads) {
+    if (threadIdx.x == C::kConsumerThreads) {
+      // (key rows of this kv head from the sample's position 0, head dim) cut into 64-key blocks
+      auto keys_of = [&](auto const& tma) {
+        Tensor m = domain_offset(make_coord(base, 0), tma.get_tma_tensor(make_shape(kv_rows, Int<kD>{}, hkv))(_, _, g));
+        return local_tile(m, Shape<Int<kKeys>, Int<kD>>{}, make_coord(_, 0));
+      };
+      Tensor gK = keys_of(tma_k);
+      Tensor gV = keys_of(tma_v);
+      auto tK = tma_partition(tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+      auto tV = tma_partition(tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+      constexpr uint32_t kBytes = 2 * kKeys * kD * sizeof(Element);
+      for (int kb = 0; kb < n_kb; ++kb) {
+        const int slot = kb % kStages;
+        if (kb >= kStages) Empty::wait(&smem.empty[slot], (kb / kStages - 1) & 1);
+        Full::arrive_and_expect_tx(&smem.full[slot], kBytes);
+        copy(tma_k.with(smem.full[slot]), get<0>(tK)(_, kb), get<1>(tK)(_, slot));
+        copy(tma_v.with(smem.full[slot]), get<0>(tV)(_, kb), get<1>(tV)(_, slot));
+      }
+    }
+    return;
+  }
+
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const int lane = tid % 32, quad = lane / 4, pair = (lane % 4) * 2;
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.begin() + wg * cosize_v<SmemQ>), SmemQ{});
+
+  // this warpgroup's 64 rows of Q into shared memory (zeros past the block's tokens): 16-byte chunks, which the
+  // 128-byte swizzle moves whole
+  for (int c = tid; c < kWgRows * (kD / 8); c += 128) {
+    const int r = c / (kD / 8), col = (c % (kD / 8)) * 8;
+    const int row = wg * kWgRows + r;
+    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+    if (row / group < tokens) {
+      const int64_t t = t0 + row / group;
+      val = *reinterpret_cast<const uint4*>(q + (t * hq + g * group + row % group) * kD + col);
+    }
+    *reinterpret_cast<uint4*>(&sQ(r, col)) = val;
+  }
+  cutlass::arch::fence_view_async_shared();  // the generic-proxy writes, seen by wgmma's async proxy
+  // barrier ids are immediates: an id in a register makes ptxas reserve all 16
+  if (wg == 0) {
+    cutlass::arch::NamedBarrier::sync(128, 1);
+  } else {
+    cutlass::arch::NamedBarrier::sync(128, 2);
+  }
+
+  // this thread's two rows: warp (tid / 32) * 16 + quad, and 8 below
+  int row_t[2], row_h[2], row_n[2];
+  bool row_ok[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = wg * kWgRows + (tid / 32) * 16 + quad + 8 * i;
+    row_ok[i] = row / group < tokens;
+    row_t[i] = t0 + row / group;
+    row_h[i] = g * group + row % group;
+    row_n[i] = row_ok[i] ? n_keys[row_t[i]] : 0;
+  }
+
+  MmaS mma_s;
+  MmaO mma_o;
+  auto thr_s = mma_s.get_thread_slice(tid);
+  auto thr_o = mma_o.get_thread_slice(tid);
+  Tensor tSrQ = thr_s.make_fragment_A(thr_s.partition_A(sQ));  // (MMA, 1, 8)
+  Tensor tSrK = thr_s.make_fragment_B(thr_s.partition_B(sK));  // (MMA, 1, 8, stage)
+  Tensor tOrV = thr_o.make_fragment_B(thr_o.partition_B(sVt));  // (MMA, 1, 4, stage)
+  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kWgRows>, Int<kKeys>>{});  // 32 values
+  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<kWgRows>, Int<kD>>{});     // 64 values
+  // P in bf16 as P V's A operand: k-step s is the accumulator's values [8 s, 8 s + 8), in order
+  Tensor tOrP = make_tensor<Element>(Layout<Shape<Shape<_2, _2, _2>, _1, _4>, Stride<Stride<_1, _2, _4>, _0, _8>>{});
+  static_assert(size(tSrS) == 32 && size(tOrO) == 64, "the accumulator layouts this kernel indexes by hand");
+  clear(tOrO);
+
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int tail = key_count % kKeys;  // keys of the last block; 0: it is full
+
+  for (int kb = 0; kb < n_kb; ++kb) {
+    const int slot = kb % kStages;
+    Full::wait(&smem.full[slot], (kb / kStages) & 1);
+
+    // S = Q K^T, one chain over the head dim per score
+    warpgroup_fence_operand(tSrS);
+    warpgroup_arrive();
+    mma_s.accumulate_ = GMMA::ScaleOut::Zero;
+#pragma unroll
+    for (int ks = 0; ks < size<2>(tSrQ); ++ks) {
+      gemm(mma_s, tSrQ(_, _, ks), tSrK(_, _, ks, slot), tSrS);
+      mma_s.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+
+    // the last block's rows past the key count: zero their values before any P V reads them (every consumer
+    // thread takes a share; both warpgroups read the slot, so all of them meet at the barrier)
+    if (tail != 0 && kb == n_kb - 1) {
+      for (int c = threadIdx.x; c < (kKeys - tail) * (kD / 8); c += C::kConsumerThreads) {
+        const int j = tail + c / (kD / 8), col = (c % (kD / 8)) * 8;
+        *reinterpret_cast<uint4*>(&sV(j, col, slot)) = make_uint4(0u, 0u, 0u, 0u);
+      }
+      cutlass::arch::fence_view_async_shared();
+      cutlass::arch::NamedBarrier::sync(C::kConsumerThreads, 3);
+    }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrS);
+
+    // value i of the accumulator: row quad + 8 ((i / 2) % 2), key pair + (i % 2) + 8 (i / 4)
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int h = (i / 2) % 2;
+      const int key = kb * kKeys + pair + (i % 2) + 8 * (i / 4);
+      tSrS(i) = key < row_n[h] ? tSrS(i) * scale_log2 : -INFINITY;
+      mx[h] = fmaxf(mx[h], tSrS(i));
+    }
+    float alpha[2], rs[2] = {0.0f, 0.0f}, m_use[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float m_new = fmaxf(m[h], mx[h]);
+      m_use[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet: every p is exp2(-inf) = 0
+      alpha[h] = m_new == m[h] ? 1.0f : exp2f(m[h] - m_use[h]);  // exactly 1 when the max stays
+      m[h] = m_new;
+    }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int h = (i / 2) % 2;
+      tSrS(i) = exp2f(tSrS(i) - m_use[h]);
+      rs[h] += tSrS(i);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rs[h] += __shfl_xor_sync(0xffffffffu, rs[h], 1);
+      rs[h] += __shfl_xor_sync(0xffffffffu, rs[h], 2);
+      l[h] = l[h] * alpha[h] + rs[h];
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) tOrO(i) *= alpha[(i / 2) % 2];
+    uint32_t* p32 = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
+#pragma unroll
+    for (int i = 0; i < 16; ++i) p32[i] = pack2(tSrS(2 * i), tSrS(2 * i + 1));
+
+    // O += P V, 16 keys a k-step in ascending order
+    warpgroup_fence_operand(tOrP);
+    warpgroup_fence_operand(tOrO);
+    warpgroup_arrive();
+#pragma unroll
+    for (int ks = 0; ks < size<2>(tOrP); ++ks) gemm(mma_o, tOrP(_, _, ks), tOrV(_, _, ks, slot), tOrO);
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
+    Empty::arrive(&smem.empty[slot]);
+  }
+
+  // O / l in bf16 (0 on rows with no key), lse = (m + log2 l) ln 2 for the backward
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!row_ok[h]) continue;
+    const bool any = row_n[h] > 0;
+    const float inv = any ? 1.0f / l[h] : 0.0f;
+    bf16* orow = o + (static_cast<int64_t>(row_t[h]) * hq + row_h[h]) * kD + pair;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      *reinterpret_cast<uint32_t*>(orow + 8 * j) = pack2(tOrO(4 * j + 2 * h) * inv, tOrO(4 * j + 2 * h + 1) * inv);
+    }
+    if (lane % 4 == 0) {
+      lse[static_cast<int64_t>(row_t[h]) * hq + row_h[h]] = any ? (m[h] + log2f(l[h])) * kLn2 : 0.0f;
+    }
+  }
+}
+
+template <int W, int kStages>
+cudaError_t launch(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,
+                   const int32_t* blocks, int n_blocks, int kv_rows, bf16* o, float* lse, int hq, int hkv,
+                   float scale, cudaStream_t stream) {
+  using C = Cfg<W, kStages>;
+  const typename C::Tma tk = kv_tma<kStages>(k, kv_rows, hkv);
+  const typename C::Tma tv = kv_tma<kStages>(v, kv_rows, hkv);
+  auto* kernel = &ws1_sm90_attn_fwd<W, kStages>;
+  constexpr int kSmem = static_cast<int>(sizeof(typename C::SharedStorage));
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      e != cudaSuccess)
+    return e;
+  const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(hkv));
+  kernel<<<grid, C::kThreads, kSmem, stream>>>(tk, tv, q, key_base, n_keys, blocks, o, lse, kv_rows, hq, hkv,
+                                               scale * kLog2e);
+  return cudaGetLastError();
+}
+
+}  // namespace attn_detail
+
+bool attn_fwd_supported(int hq, int hkv, int d, int block_rows) {
+  return d == attn_detail::kD && hkv > 0 && hq % hkv == 0 && (block_rows == 64 || block_rows == 128) &&
+         block_rows % (hq / hkv) == 0;
+}
+
+cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,
+                     const int32_t* blocks, int64_t n_blocks, int64_t kv_rows, bf16* o, float* lse, int hq, int hkv,
+                     int d, int block_rows, float scale, int device, cudaStream_t stream) {
+  using namespace attn_detail;
+  if (n_blocks == 0) return cudaSuccess;
+  if (!attn_fwd_supported(hq, hkv, d, block_rows) || n_blocks > INT_MAX || kv_rows < 1 || kv_rows > INT_MAX ||
+      hkv > 65535)
+    return cudaErrorInvalidValue;
+  // make_tma_atom encodes its descriptors through the driver API: the thread's context must be current
+  if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return e;
+  const int nb = static_cast<int>(n_blocks), kr = static_cast<int>(kv_rows);
+  return block_rows == 128 ? launch<2, 2>(q, k, v, key_base, n_keys, blocks, nb, kr, o, lse, hq, hkv, scale, stream)
+                           : launch<1, 2>(q, k, v, key_base, n_keys, blocks, nb, kr, o, lse, hq, hkv, scale, stream);
+}
+
+int attn_fwd_infos(KernelInfo* out, int cap) {
+  using namespace attn_detail;
+  const void* fns[] = {reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2>)};
+  const char* names[] = {"ws1_sm90_attn_fwd_64", "ws1_sm90_attn_fwd_128"};
+  return fill_kernel_infos(out, cap, fns, names, 2);
+}
+
+}  // namespace ws1::sm90

@@ -1,0 +1,58 @@
+"""attention (cuda_bf16_sm90): causal GQA attention within each sample, the forward on TMA + wgmma
+(``torch.ops.ws1_sm90.attn_fwd``, csrc/sm90/attention_sm90.cu), the backward the generic one.
+
+The forward keeps the generic tiled kernel's rule (row blocks of one sample that share their keys, keys in fixed
+logical blocks of 64 from position 0, every row reduction in an order fixed by the block and the head dim), so a
+row's bits do not depend on the block it lands in: a packed prefill, a chunked prefill and a decode step agree.
+What changes is the machine: 128-row blocks (two consumer warpgroups sharing each key block that TMA brings), S and
+P V on wgmma. The host tables (key bases, key counts, row blocks) are the generic module's, built once per layout;
+the backward (``ws1.attn_bwd``) reads no row blocks, so it is the generic one unchanged and its kernel id says so.
+The step path runs the same kernel one token a CTA (``STEP_BLOCK_ROWS``): the rollout and the trainer share it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..backend import OpEntry
+from ..context import LayoutContext
+from ..cuda import attention as generic
+
+KERNEL = "ws1.cuda_sm90.attention.wgmma_fwd"
+#: query rows a CTA of the row-block path takes: two consumer warpgroups of 64
+BLOCK_ROWS = 128
+#: the step path's CTA (one token, so one warpgroup of 64 rows is plenty)
+STEP_BLOCK_ROWS = 64
+HEAD_DIM = 128
+
+
+def supports(hq: int, hkv: int, d: int, rows: int = BLOCK_ROWS) -> bool:
+    """Whether the Hopper forward serves these widths (the extension's ``attn_fwd_supported``)."""
+    return d == HEAD_DIM and hkv > 0 and hq % hkv == 0 and rows % (hq // hkv) == 0
+
+
+FORWARD = generic.TiledForward(
+    KERNEL,
+    BLOCK_ROWS,
+    supports,
+    lambda q, k, v, key_base, n_keys, blocks, scale: torch.ops.ws1_sm90.attn_fwd(
+        q, k, v, key_base, n_keys, blocks, BLOCK_ROWS, scale
+    ),
+)
+
+
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, ctx: LayoutContext
+) -> torch.Tensor:
+    """Causal attention within each sample: ``q[T,Hq,D], k[T,Hkv,D], v[T,Hkv,D] -> [T,Hq,D]``."""
+    return generic.attention(q, k, v, scale, ctx, forward=FORWARD, where="cuda_bf16_sm90.attention")
+
+
+OPS: dict[str, OpEntry] = {
+    "attention": OpEntry(
+        attention,
+        KERNEL,
+        generic.OPS["attention"].declared_ops | {"ws1_sm90.attn_fwd"},
+        frozenset({generic.KERNEL}),
+    )
+}

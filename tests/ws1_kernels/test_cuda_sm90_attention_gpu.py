@@ -1,0 +1,207 @@
+"""The Hopper attention forward (`torch.ops.ws1_sm90.attn_fwd`, csrc/sm90/attention_sm90.cu) on an sm_90 device,
+Qwen3-8B widths.
+
+What only the chip can show: a row's bits do not depend on the CTA it lands in (the candidate's 128-row blocks on
+two warpgroups, 64-row blocks on one, the step path's one token a CTA, a decode call after a prefix); values past a
+row's keys that TMA brings in with a box (another sample's keys, stale or NaN cache slots) never reach it; the
+values are right against the fp32 reference at the contract's tolerance; and 100 reruns give the same bits. Each
+bit comparison has a control that must be seen. The whole operator's accuracy and layout invariance stay the
+matrix's judgment (`ws1 matrix --profile cuda_bf16_sm90 --op attention`).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cuda_only import skip_module_without_hopper
+
+pytestmark = [pytest.mark.gpu, pytest.mark.needs_build, pytest.mark.sm90]
+
+skip_module_without_hopper()
+
+from kernels_support import assert_bitwise, assert_close  # noqa: E402
+
+from ws1_kernels import LayoutContext, cuda_sm90, reference  # noqa: E402
+from ws1_kernels.cuda import attention as generic  # noqa: E402
+from ws1_kernels.cuda_sm90 import attention as att  # noqa: E402
+
+DEV = "cuda"
+HQ, HKV, D = 32, 8, 128
+GROUP = HQ // HKV
+SCALE = D**-0.5
+LENGTHS = (1, 31, 32, 33, 63, 64, 65, 300)  # straddle the 64-key blocks and the 16- and 32-token row blocks
+
+
+def _packed(seed: int = 0) -> tuple[LayoutContext, dict[str, torch.Tensor]]:
+    ids = torch.cat([torch.full((n,), s, dtype=torch.int64) for s, n in enumerate(LENGTHS)])
+    pos = torch.cat([torch.arange(n, dtype=torch.int64) for n in LENGTHS])
+    g = torch.Generator().manual_seed(seed)
+    n = len(ids)
+    rows = {
+        "q": torch.randn((n, HQ, D), generator=g) * 2,
+        "k": torch.randn((n, HKV, D), generator=g),
+        "v": torch.randn((n, HKV, D), generator=g),
+    }
+    return LayoutContext(ids, pos), {k: t.to(torch.bfloat16).to(DEV) for k, t in rows.items()}
+
+
+def _run(
+    rows: dict[str, torch.Tensor], ctx: LayoutContext, block_rows: int | None, k=None, v=None
+) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """The op over the packed call: row blocks of ``block_rows`` query rows, or None for one token a CTA."""
+    tokens = (block_rows or 64) // GROUP
+    t = generic._tables(ctx, rows["q"].shape[0], rows["q"].device, tokens)
+    blocks = None if block_rows is None else t.blocks
+    return torch.ops.ws1_sm90.attn_fwd(
+        rows["q"],
+        rows["k"] if k is None else k,
+        rows["v"] if v is None else v,
+        t.key_base,
+        t.n_keys,
+        blocks,
+        block_rows or att.STEP_BLOCK_ROWS,
+        SCALE,
+    )[0]
+
+
+def test_the_extension_lists_both_kernels_without_spills() -> None:
+    found = {r["name"]: r for r in cuda_sm90.kernel_attributes()}
+    for name in ("ws1_sm90_attn_fwd_64", "ws1_sm90_attn_fwd_128"):
+        assert name in found, sorted(found)
+        assert found[name]["localSizeBytes"] == 0, found[name]
+
+
+@pytest.mark.parametrize("block_rows", [64, 128])
+def test_a_row_gets_the_same_bits_in_a_row_block_and_alone(block_rows: int) -> None:
+    """Row blocks of 16 or 32 tokens against one token a CTA: rows of a block whose later rows need more keys walk
+    those extra blocks fully masked, which must leave them unchanged bit for bit."""
+    ctx, rows = _packed()
+    assert_bitwise(f"{block_rows}-row blocks", _run(rows, ctx, block_rows), _run(rows, ctx, None))
+
+
+def test_a_short_key_count_changes_the_bits() -> None:
+    """Negative control of the bit comparison: a block table that cuts the last sample's keys short is seen."""
+    ctx, rows = _packed()
+    t = generic._tables(ctx, rows["q"].shape[0], rows["q"].device, att.BLOCK_ROWS // GROUP)
+    cut = t.blocks.clone()
+    cut[-1, 2] -= 1  # the last block's key count one short: its last row loses its own key
+    got = torch.ops.ws1_sm90.attn_fwd(
+        rows["q"], rows["k"], rows["v"], t.key_base, t.n_keys, cut, att.BLOCK_ROWS, SCALE
+    )[0]
+    with pytest.raises(AssertionError):
+        assert_bitwise("cut", got, _run(rows, ctx, att.BLOCK_ROWS))
+
+
+def _with_nan_tail(rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """k and v with 64 rows of NaN after the call's keys: the last sample's last key block reads them whole."""
+    nan = torch.full((64, HKV, D), float("nan"), device=DEV, dtype=torch.bfloat16)
+    return torch.cat([rows["k"], nan]), torch.cat([rows["v"], nan])
+
+
+def test_nan_slots_past_a_rows_keys_never_reach_it() -> None:
+    """A cache's stale slots can hold anything: a box past the last sample's keys reads NaN rows, and the row's
+    bits must be those of the call without them."""
+    ctx, rows = _packed()
+    k, v = _with_nan_tail(rows)
+    for block_rows in (att.BLOCK_ROWS, None):
+        got = _run(rows, ctx, block_rows, k, v)
+        assert bool(torch.isfinite(got).all())
+        assert_bitwise("NaN tail", got, _run(rows, ctx, block_rows))
+
+
+def test_the_control_a_key_count_into_the_nan_slots_is_seen() -> None:
+    """The fixture's control: one key more for the last row reaches a NaN slot, so the slots are really read."""
+    ctx, rows = _packed()
+    k, v = _with_nan_tail(rows)
+    t = generic._tables(ctx, rows["q"].shape[0], rows["q"].device, 1)
+    n_keys = t.n_keys.clone()
+    n_keys[-1] += 1
+    got = torch.ops.ws1_sm90.attn_fwd(rows["q"], k, v, t.key_base, n_keys, None, att.STEP_BLOCK_ROWS, SCALE)[
+        0
+    ]
+    assert bool(torch.isnan(got[-1]).any())
+
+
+def test_decode_after_a_prefix_gives_the_packed_bits() -> None:
+    """Each sample's last token decoded alone, its earlier keys as the kv prefix, through the candidate."""
+    ctx, rows = _packed()
+    packed = att.attention(rows["q"], rows["k"], rows["v"], SCALE, ctx)
+    ends = torch.tensor(LENGTHS).cumsum(0) - 1
+    prefix = {
+        s: (rows["k"][e - n + 1 : e], rows["v"][e - n + 1 : e])
+        for s, (e, n) in enumerate(zip(ends.tolist(), LENGTHS, strict=True))
+    }
+    dctx = LayoutContext(torch.arange(len(LENGTHS)), torch.tensor(LENGTHS) - 1, prefix)
+    dec = att.attention(rows["q"][ends], rows["k"][ends], rows["v"][ends], SCALE, dctx)
+    assert_bitwise("decode", dec, packed[ends])
+
+
+def test_the_step_op_gives_the_candidates_bits() -> None:
+    """The step path's attention (one token a CTA, no host table) against the candidate's packed call."""
+    from ws1_kernels.cuda_sm90.step_ops import STEP_OPS
+
+    ctx, rows = _packed()
+    t = generic._tables(ctx, rows["q"].shape[0], rows["q"].device, 1)
+    step = STEP_OPS.attention(rows["q"], rows["k"], rows["v"], t.key_base, t.n_keys, SCALE)
+    assert_bitwise("step", step, att.attention(rows["q"], rows["k"], rows["v"], SCALE, ctx))
+
+
+def test_the_forward_is_right_against_the_fp32_reference() -> None:
+    ctx, rows = _packed()
+    got = att.attention(rows["q"], rows["k"], rows["v"], SCALE, ctx)
+    want = reference.attention(*(rows[k].float() for k in ("q", "k", "v")), SCALE, ctx)
+    assert_close("out", got, want, "forward_accuracy", "attention")
+
+
+def test_the_control_a_wrong_scale_is_not_close() -> None:
+    ctx, rows = _packed()
+    got = att.attention(rows["q"], rows["k"], rows["v"], SCALE * 1.5, ctx)
+    want = reference.attention(*(rows[k].float() for k in ("q", "k", "v")), SCALE, ctx)
+    with pytest.raises(AssertionError):
+        assert_close("out", got, want, "forward_accuracy", "attention")
+
+
+def test_the_lse_is_the_rows_log_sum_exp() -> None:
+    """The backward reads lse: it must be the row's own log-sum-exp of the scaled scores (fp32, loose bound)."""
+    ctx, rows = _packed()
+    t = generic._tables(ctx, rows["q"].shape[0], rows["q"].device, att.BLOCK_ROWS // GROUP)
+    _, lse = torch.ops.ws1_sm90.attn_fwd(
+        rows["q"], rows["k"], rows["v"], t.key_base, t.n_keys, t.blocks, att.BLOCK_ROWS, SCALE
+    )
+    q, k = rows["q"].float(), rows["k"].float()
+    start = 0
+    for n in LENGTHS:
+        kk = k[start : start + n].repeat_interleave(GROUP, dim=1)  # [n, HQ, D]
+        s = torch.einsum("thd,uhd->htu", q[start : start + n], kk) * SCALE
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=DEV).triu(1), float("-inf"))
+        want = torch.logsumexp(s, dim=-1).T  # [n, HQ]
+        torch.testing.assert_close(lse[start : start + n], want, atol=2e-3, rtol=1e-4)
+        start += n
+
+
+def test_the_backward_runs_and_its_gradients_are_finite() -> None:
+    """The generic backward on the Hopper forward's (o, lse): accuracy is the matrix's, this is the wiring."""
+    ctx, rows = _packed()
+    q, k, v = (rows[n].clone().requires_grad_(True) for n in ("q", "k", "v"))
+    att.attention(q, k, v, SCALE, ctx).float().square().sum().backward()
+    for t in (q, k, v):
+        assert t.grad is not None and bool(torch.isfinite(t.grad).all())
+
+
+def test_the_forward_is_identical_run_to_run() -> None:
+    ctx, rows = _packed()
+    first = _run(rows, ctx, att.BLOCK_ROWS)
+    for _ in range(100):
+        assert_bitwise("rerun", _run(rows, ctx, att.BLOCK_ROWS), first)
+
+
+def test_a_long_sample_matches_across_block_sizes() -> None:
+    """4096 tokens in one sample (64 key blocks for the last rows, the ring's slots reused many times)."""
+    n = 4096
+    ctx = LayoutContext(torch.zeros(n, dtype=torch.int64), torch.arange(n))
+    g = torch.Generator().manual_seed(1)
+    rows = {
+        name: torch.randn((n, h, D), generator=g).to(torch.bfloat16).to(DEV)
+        for name, h in (("q", HQ), ("k", HKV), ("v", HKV))
+    }
+    assert_bitwise("long", _run(rows, ctx, att.BLOCK_ROWS), _run(rows, ctx, 64))
