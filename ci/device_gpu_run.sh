@@ -145,7 +145,8 @@ for s in "$@"; do
               ws1 bench --profile cuda_bf16 --op attention_decode --m 1 --m 64 --out $ev/bench-tiled-decode --force" ;;
     # the Hopper attention forward (needs hopper-build's modules): its GPU tests and the step path's, the
     # cuda_bf16_sm90 attention cells on every tier, its bench rows against SDPA (prefill at 4096-16384 tokens, decode
-    # at batch 1, 64 and 256 over 4096 cached keys), then memcheck and racecheck over ci/sanitize_attn_sm90.py
+    # at batch 1, 64 and 256 over 4096 cached keys), every schedule and CTA shape timed beside SDPA
+    # (ci/attn_sm90_variants.py), then memcheck and racecheck over ci/sanitize_attn_sm90.py
     attn90) hb="$PWD/build/cuda-gpu_sm90"; hp="$hb:$hb/hopper:${PYTHONPATH:-}"
             step attn90-tests "${ATTN90_TESTS_LIMIT:-200}" env PYTHONPATH="$hp" python3 -m pytest -q -p no:cacheprovider \
               -rfE --durations=15 tests/ws1_kernels/test_cuda_sm90_attention_gpu.py tests/ws1_kernels/test_cuda_sm90_step_gpu.py
@@ -154,6 +155,8 @@ for s in "$@"; do
             step attn90-bench "${ATTN90_BENCH_LIMIT:-200}" env PYTHONPATH="$hp" bash -c "ws1 bench --profile cuda_bf16_sm90 \
               --op attention --m 4096 --m 8192 --m 16384 --out $ev/bench-attn90 --force; ws1 bench --profile \
               cuda_bf16_sm90 --op attention_decode --m 1 --m 64 --m 256 --out $ev/bench-attn90-decode --force"
+            step attn90-variants "${ATTN90_VARIANTS_LIMIT:-120}" env PYTHONPATH="$hp" python3 ci/attn_sm90_variants.py \
+              --tokens 4096 --tokens 8192 --tokens 16384 --seq 4096 --out "$ev/attn90-variants.json"
             for tool in memcheck racecheck; do
               step "attn90-$tool" "${HOPPER_SANITIZE_LIMIT:-120}" env PYTHONPATH="$hp" compute-sanitizer --tool "$tool" \
                 --error-exitcode 1 python3 ci/sanitize_attn_sm90.py

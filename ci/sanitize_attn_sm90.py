@@ -1,5 +1,5 @@
 """The Hopper attention forward (`ws1_sm90.attn_fwd`, csrc/sm90/attention_sm90.cu) under compute-sanitizer: one
-call in each CTA shape (128-row blocks on two warpgroups, one token a CTA on one) over packed samples whose lengths
+call in each schedule and CTA shape (128-row blocks on two warpgroups, one token a CTA on one) over packed samples whose lengths
 straddle the 64-key blocks, so the last key block of a sample is partial (its value rows zeroed in shared memory)
 and the last sample's box runs past the tensor (TMA's zero fill). It needs the Hopper module (`ws1_cuda_sm90_ext`)
 on the path and an sm_90 device; exit 0 when every call returned finite values, else one line and exit 1.
@@ -30,15 +30,21 @@ def main() -> int:
     q = torch.randn(n, HQ, D, device="cuda").to(torch.bfloat16)
     k = torch.randn(n, HKV, D, device="cuda").to(torch.bfloat16)
     v = torch.randn(n, HKV, D, device="cuda").to(torch.bfloat16)
-    for block_rows, per_row in ((128, False), (64, True)):
+    for schedule, block_rows, per_row in (
+        (s, r, p) for s in (0, 1, 2) for r, p in ((128, False), (64, True))
+    ):
         t = generic._tables(ctx, n, q.device, block_rows // (HQ // HKV))
         blocks = None if per_row else t.blocks
-        o, lse = torch.ops.ws1_sm90.attn_fwd(q, k, v, t.key_base, t.n_keys, blocks, block_rows, D**-0.5)
+        o, lse = torch.ops.ws1_sm90.attn_fwd(
+            q, k, v, t.key_base, t.n_keys, blocks, block_rows, D**-0.5, schedule
+        )
         torch.cuda.synchronize()
         if not (bool(torch.isfinite(o).all()) and bool(torch.isfinite(lse).all())):
-            print(f"sanitize_attn_sm90: block_rows {block_rows}: a non-finite output")
+            print(f"sanitize_attn_sm90: schedule {schedule} block_rows {block_rows}: a non-finite output")
             return 1
-        print(f"block_rows {block_rows} ({'one token a CTA' if per_row else 'row blocks'}): ok")
+        print(
+            f"schedule {schedule} block_rows {block_rows} ({'one token a CTA' if per_row else 'row blocks'}): ok"
+        )
     return 0
 
 

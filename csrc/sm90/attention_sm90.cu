@@ -94,7 +94,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 
 // blocks: int32 [n_blocks, 3] = (first row, tokens in the block, the block's key count: the largest n_keys of its
 // rows), or null: one token a CTA, its key count its own
-template <int W, int kStages>
+template <int W, int kStages, bool kOverlap>
 __global__ void __launch_bounds__(Cfg<W, kStages>::kThreads, 1)
     ws1_sm90_attn_fwd(CUTLASS_GRID_CONSTANT typename Cfg<W, kStages>::Tma const tma_k,
                       CUTLASS_GRID_CONSTANT typename Cfg<W, kStages>::Tma const tma_v, const bf16* __restrict__ q,
@@ -202,11 +202,8 @@ __global__ void __launch_bounds__(Cfg<W, kStages>::kThreads, 1)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int tail = key_count % kKeys;  // keys of the last block; 0: it is full
 
-  for (int kb = 0; kb < n_kb; ++kb) {
-    const int slot = kb % kStages;
-    Full::wait(&smem.full[slot], (kb / kStages) & 1);
-
-    // S = Q K^T, one chain over the head dim per score
+  // S = Q K^T of the block in `slot`, one chain over the head dim per score (issued, not waited for)
+  auto issue_s = [&](int slot) {
     warpgroup_fence_operand(tSrS);
     warpgroup_arrive();
     mma_s.accumulate_ = GMMA::ScaleOut::Zero;
@@ -216,20 +213,29 @@ __global__ void __launch_bounds__(Cfg<W, kStages>::kThreads, 1)
       mma_s.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
-
-    // the last block's rows past the key count: zero their values before any P V reads them (every consumer
-    // thread takes a share; both warpgroups read the slot, so all of them meet at the barrier)
-    if (tail != 0 && kb == n_kb - 1) {
-      for (int c = threadIdx.x; c < (kKeys - tail) * (kD / 8); c += C::kConsumerThreads) {
-        const int j = tail + c / (kD / 8), col = (c % (kD / 8)) * 8;
-        *reinterpret_cast<uint4*>(&sV(j, col, slot)) = make_uint4(0u, 0u, 0u, 0u);
-      }
-      cutlass::arch::fence_view_async_shared();
-      cutlass::arch::NamedBarrier::sync(C::kConsumerThreads, 3);
+  };
+  // O += P V of the block in `slot`, 16 keys a k-step in ascending order (issued, not waited for)
+  auto issue_pv = [&](int slot) {
+    warpgroup_fence_operand(tOrP);
+    warpgroup_fence_operand(tOrO);
+    warpgroup_arrive();
+#pragma unroll
+    for (int ks = 0; ks < size<2>(tOrP); ++ks) gemm(mma_o, tOrP(_, _, ks), tOrV(_, _, ks, slot), tOrO);
+    warpgroup_commit_batch();
+  };
+  // the last block's rows past the key count: zero their values before any P V reads them (every consumer thread
+  // takes a share; both warpgroups read the slot, so all of them meet at the barrier)
+  auto zero_tail = [&](int kb, int slot) {
+    if (tail == 0 || kb != n_kb - 1) return;
+    for (int c = threadIdx.x; c < (kKeys - tail) * (kD / 8); c += C::kConsumerThreads) {
+      const int j = tail + c / (kD / 8), col = (c % (kD / 8)) * 8;
+      *reinterpret_cast<uint4*>(&sV(j, col, slot)) = make_uint4(0u, 0u, 0u, 0u);
     }
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tSrS);
-
+    cutlass::arch::fence_view_async_shared();
+    cutlass::arch::NamedBarrier::sync(C::kConsumerThreads, 3);
+  };
+  // the block's softmax on the finished S, in place (S becomes p); the running (m, l) updated; alpha out
+  auto softmax = [&](int kb, float (&alpha)[2]) {
     // value i of the accumulator: row quad + 8 ((i / 2) % 2), key pair + (i % 2) + 8 (i / 4)
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -239,7 +245,7 @@ __global__ void __launch_bounds__(Cfg<W, kStages>::kThreads, 1)
       tSrS(i) = key < row_n[h] ? tSrS(i) * scale_log2 : -INFINITY;
       mx[h] = fmaxf(mx[h], tSrS(i));
     }
-    float alpha[2], rs[2] = {0.0f, 0.0f}, m_use[2];
+    float rs[2] = {0.0f, 0.0f}, m_use[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
@@ -261,22 +267,68 @@ __global__ void __launch_bounds__(Cfg<W, kStages>::kThreads, 1)
       rs[h] += __shfl_xor_sync(0xffffffffu, rs[h], 2);
       l[h] = l[h] * alpha[h] + rs[h];
     }
+  };
+  // O *= alpha (after every earlier P V finished), then P = bf16(p) for this block's P V
+  auto rescale_and_pack = [&](const float (&alpha)[2]) {
 #pragma unroll
     for (int i = 0; i < 64; ++i) tOrO(i) *= alpha[(i / 2) % 2];
     uint32_t* p32 = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
 #pragma unroll
     for (int i = 0; i < 16; ++i) p32[i] = pack2(tSrS(2 * i), tSrS(2 * i + 1));
+  };
 
-    // O += P V, 16 keys a k-step in ascending order
-    warpgroup_fence_operand(tOrP);
-    warpgroup_fence_operand(tOrO);
-    warpgroup_arrive();
-#pragma unroll
-    for (int ks = 0; ks < size<2>(tOrP); ++ks) gemm(mma_o, tOrP(_, _, ks), tOrV(_, _, ks, slot), tOrO);
-    warpgroup_commit_batch();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tOrO);
-    Empty::arrive(&smem.empty[slot]);
+  // Both schedules do, per row and block, the same operations in the same order: S, the softmax, O *= alpha,
+  // O += P V. The overlapped one issues block kb's S and block kb - 1's P V together and runs kb's softmax while
+  // that P V runs; the rescale waits for it. So they give the same bits (a GPU test compares them).
+  if constexpr (kOverlap) {
+    if (n_kb > 0) {
+      Full::wait(&smem.full[0], 0);
+      zero_tail(0, 0);
+      issue_s(0);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      float alpha[2];
+      softmax(0, alpha);
+      rescale_and_pack(alpha);
+    }
+    for (int kb = 1; kb < n_kb; ++kb) {
+      const int slot = kb % kStages, prev = (kb - 1) % kStages;
+      Full::wait(&smem.full[slot], (kb / kStages) & 1);
+      zero_tail(kb, slot);
+      issue_s(slot);
+      issue_pv(prev);
+      warpgroup_wait<1>();  // S done; the previous block's P V may still run
+      warpgroup_fence_operand(tSrS);
+      float alpha[2];
+      softmax(kb, alpha);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      Empty::arrive(&smem.empty[prev]);
+      rescale_and_pack(alpha);
+    }
+    if (n_kb > 0) {
+      const int last = (n_kb - 1) % kStages;
+      issue_pv(last);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      Empty::arrive(&smem.empty[last]);
+    }
+  } else {
+    for (int kb = 0; kb < n_kb; ++kb) {
+      const int slot = kb % kStages;
+      Full::wait(&smem.full[slot], (kb / kStages) & 1);
+      issue_s(slot);
+      zero_tail(kb, slot);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      float alpha[2];
+      softmax(kb, alpha);
+      rescale_and_pack(alpha);
+      issue_pv(slot);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      Empty::arrive(&smem.empty[slot]);
+    }
   }
 
   // O / l in bf16 (0 on rows with no key), lse = (m + log2 l) ln 2 for the backward
@@ -296,14 +348,14 @@ __global__ void __launch_bounds__(Cfg<W, kStages>::kThreads, 1)
   }
 }
 
-template <int W, int kStages>
+template <int W, int kStages, bool kOverlap>
 cudaError_t launch(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,
                    const int32_t* blocks, int n_blocks, int kv_rows, bf16* o, float* lse, int hq, int hkv,
                    float scale, cudaStream_t stream) {
   using C = Cfg<W, kStages>;
   const typename C::Tma tk = kv_tma<kStages>(k, kv_rows, hkv);
   const typename C::Tma tv = kv_tma<kStages>(v, kv_rows, hkv);
-  auto* kernel = &ws1_sm90_attn_fwd<W, kStages>;
+  auto* kernel = &ws1_sm90_attn_fwd<W, kStages, kOverlap>;
   constexpr int kSmem = static_cast<int>(sizeof(typename C::SharedStorage));
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess)
@@ -323,25 +375,40 @@ bool attn_fwd_supported(int hq, int hkv, int d, int block_rows) {
 
 cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,
                      const int32_t* blocks, int64_t n_blocks, int64_t kv_rows, bf16* o, float* lse, int hq, int hkv,
-                     int d, int block_rows, float scale, int device, cudaStream_t stream) {
+                     int d, int block_rows, float scale, int schedule, int device, cudaStream_t stream) {
   using namespace attn_detail;
   if (n_blocks == 0) return cudaSuccess;
-  if (!attn_fwd_supported(hq, hkv, d, block_rows) || n_blocks > INT_MAX || kv_rows < 1 || kv_rows > INT_MAX ||
+  if (!attn_fwd_supported(hq, hkv, d, block_rows) || schedule < 0 || schedule >= kSchedules || n_blocks > INT_MAX || kv_rows < 1 || kv_rows > INT_MAX ||
       hkv > 65535)
     return cudaErrorInvalidValue;
   // make_tma_atom encodes its descriptors through the driver API: the thread's context must be current
   if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return e;
   const int nb = static_cast<int>(n_blocks), kr = static_cast<int>(kv_rows);
-  return block_rows == 128 ? launch<2, 2>(q, k, v, key_base, n_keys, blocks, nb, kr, o, lse, hq, hkv, scale, stream)
-                           : launch<1, 2>(q, k, v, key_base, n_keys, blocks, nb, kr, o, lse, hq, hkv, scale, stream);
+#define WS1_ATTN_LAUNCH(W, S, O) launch<W, S, O>(q, k, v, key_base, n_keys, blocks, nb, kr, o, lse, hq, hkv, scale, stream)
+  switch (schedule * 2 + (block_rows == 128 ? 1 : 0)) {
+    case 0: return WS1_ATTN_LAUNCH(1, 2, false);
+    case 1: return WS1_ATTN_LAUNCH(2, 2, false);
+    case 2: return WS1_ATTN_LAUNCH(1, 2, true);
+    case 3: return WS1_ATTN_LAUNCH(2, 2, true);
+    case 4: return WS1_ATTN_LAUNCH(1, 3, true);
+    case 5: return WS1_ATTN_LAUNCH(2, 3, true);
+    default: return cudaErrorInvalidValue;
+  }
+#undef WS1_ATTN_LAUNCH
 }
 
 int attn_fwd_infos(KernelInfo* out, int cap) {
   using namespace attn_detail;
-  const void* fns[] = {reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2>)};
-  const char* names[] = {"ws1_sm90_attn_fwd_64", "ws1_sm90_attn_fwd_128"};
-  return fill_kernel_infos(out, cap, fns, names, 2);
+  const void* fns[] = {reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, true>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, true>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 3, true>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 3, true>)};
+  const char* names[] = {"ws1_sm90_attn_fwd_64",          "ws1_sm90_attn_fwd_128",
+                         "ws1_sm90_attn_fwd_64_overlap",  "ws1_sm90_attn_fwd_128_overlap",
+                         "ws1_sm90_attn_fwd_64_overlap3", "ws1_sm90_attn_fwd_128_overlap3"};
+  return fill_kernel_infos(out, cap, fns, names, 6);
 }
 
 }  // namespace ws1::sm90

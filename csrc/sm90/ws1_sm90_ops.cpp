@@ -243,7 +243,7 @@ void check_table32(const char* name, const Tensor& t, int64_t rows) {
 
 std::tuple<Tensor, Tensor> attn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_base,
                                     const Tensor& n_keys, const std::optional<Tensor>& blocks, int64_t block_rows,
-                                    double scale) {
+                                    double scale, int64_t schedule) {
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}}) {
     check_bf16("sm90.attn_fwd", name, *t);
     check_address("sm90.attn_fwd", name, *t);
@@ -256,6 +256,8 @@ std::tuple<Tensor, Tensor> attn_fwd(const Tensor& q, const Tensor& k, const Tens
                                             static_cast<int>(block_rows)),
               "ws1_sm90.attn_fwd: head dim 128, block_rows 64 or 128 and a query group dividing it only; got Hq ",
               hq, ", Hkv ", hkv, ", D ", d, ", block_rows ", block_rows);
+  TORCH_CHECK(0 <= schedule && schedule < ws1::sm90::kSchedules, "ws1_sm90.attn_fwd: schedule must be in [0, ",
+              ws1::sm90::kSchedules, "), got ", schedule);
   check_table32("key_base", key_base, q.size(0));
   check_table32("n_keys", n_keys, q.size(0));
   int64_t n_blocks = q.size(0);
@@ -278,12 +280,12 @@ std::tuple<Tensor, Tensor> attn_fwd(const Tensor& q, const Tensor& k, const Tens
                                    blocks.has_value() ? blocks->data_ptr<int32_t>() : nullptr, n_blocks, k.size(0),
                                    bf_mut(o), lse.data_ptr<float>(), static_cast<int>(hq), static_cast<int>(hkv),
                                    static_cast<int>(d), static_cast<int>(block_rows), static_cast<float>(scale),
-                                   q.get_device(), at::cuda::getCurrentCUDAStream()));
+                                   static_cast<int>(schedule), q.get_device(), at::cuda::getCurrentCUDAStream()));
   return {o, lse};
 }
 
 std::tuple<Tensor, Tensor> attn_fwd_meta(const Tensor& q, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                         const std::optional<Tensor>&, int64_t, double) {
+                                         const std::optional<Tensor>&, int64_t, double, int64_t) {
   return {at::empty_like(q), at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat))};
 }
 
@@ -310,7 +312,7 @@ TORCH_LIBRARY(ws1_sm90, m) {
   m.def("linear_logp_fwd(Tensor x, Tensor w, Tensor targets) -> (Tensor, Tensor)");
   m.def(
       "attn_fwd(Tensor q, Tensor k, Tensor v, Tensor key_base, Tensor n_keys, Tensor? blocks, int block_rows, "
-      "float scale) -> (Tensor, Tensor)");
+      "float scale, int schedule) -> (Tensor, Tensor)");
   m.def(
       "wgrad(Tensor dy, Tensor x, Tensor table, int n_blocks, Tensor(a!) main_grad, Tensor? dy_lo=None, "
       "int consumers=1, int stage_rows=64) -> ()");

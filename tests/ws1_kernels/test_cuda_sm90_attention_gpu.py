@@ -46,8 +46,13 @@ def _packed(seed: int = 0) -> tuple[LayoutContext, dict[str, torch.Tensor]]:
 
 
 def _run(
-    rows: dict[str, torch.Tensor], ctx: LayoutContext, block_rows: int | None, k=None, v=None
-) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    rows: dict[str, torch.Tensor],
+    ctx: LayoutContext,
+    block_rows: int | None,
+    k=None,  # type: ignore[no-untyped-def]
+    v=None,  # type: ignore[no-untyped-def]
+    schedule: int = att.SCHEDULE,
+) -> torch.Tensor:
     """The op over the packed call: row blocks of ``block_rows`` query rows, or None for one token a CTA."""
     tokens = (block_rows or 64) // GROUP
     t = generic._tables(ctx, rows["q"].shape[0], rows["q"].device, tokens)
@@ -66,7 +71,7 @@ def _run(
 
 def test_the_extension_lists_both_kernels_without_spills() -> None:
     found = {r["name"]: r for r in cuda_sm90.kernel_attributes()}
-    for name in ("ws1_sm90_attn_fwd_64", "ws1_sm90_attn_fwd_128"):
+    for name in (f"ws1_sm90_attn_fwd_{r}{s}" for r in (64, 128) for s in ("", "_overlap", "_overlap3")):
         assert name in found, sorted(found)
         assert found[name]["localSizeBytes"] == 0, found[name]
 
@@ -79,6 +84,16 @@ def test_a_row_gets_the_same_bits_in_a_row_block_and_alone(block_rows: int) -> N
     assert_bitwise(f"{block_rows}-row blocks", _run(rows, ctx, block_rows), _run(rows, ctx, None))
 
 
+@pytest.mark.parametrize("block_rows", [64, 128, None])
+@pytest.mark.parametrize("schedule", [s for s in att.SCHEDULES if s != att.SCHEDULE])
+def test_every_schedule_gives_the_wired_ones_bits(schedule: int, block_rows: int | None) -> None:
+    """The plain and the overlapped loops, on 2 or 3 slots, do the same operations per row in the same order."""
+    ctx, rows = _packed()
+    assert_bitwise(
+        f"schedule {schedule}", _run(rows, ctx, block_rows, schedule=schedule), _run(rows, ctx, block_rows)
+    )
+
+
 def test_a_short_key_count_changes_the_bits() -> None:
     """Negative control of the bit comparison: a block table that cuts the last sample's keys short is seen."""
     ctx, rows = _packed()
@@ -86,7 +101,7 @@ def test_a_short_key_count_changes_the_bits() -> None:
     cut = t.blocks.clone()
     cut[-1, 2] -= 1  # the last block's key count one short: its last row loses its own key
     got = torch.ops.ws1_sm90.attn_fwd(
-        rows["q"], rows["k"], rows["v"], t.key_base, t.n_keys, cut, att.BLOCK_ROWS, SCALE
+        rows["q"], rows["k"], rows["v"], t.key_base, t.n_keys, cut, att.BLOCK_ROWS, SCALE, att.SCHEDULE
     )[0]
     with pytest.raises(AssertionError):
         assert_bitwise("cut", got, _run(rows, ctx, att.BLOCK_ROWS))
@@ -98,15 +113,16 @@ def _with_nan_tail(rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.T
     return torch.cat([rows["k"], nan]), torch.cat([rows["v"], nan])
 
 
-def test_nan_slots_past_a_rows_keys_never_reach_it() -> None:
+@pytest.mark.parametrize("schedule", att.SCHEDULES)
+def test_nan_slots_past_a_rows_keys_never_reach_it(schedule: int) -> None:
     """A cache's stale slots can hold anything: a box past the last sample's keys reads NaN rows, and the row's
     bits must be those of the call without them."""
     ctx, rows = _packed()
     k, v = _with_nan_tail(rows)
     for block_rows in (att.BLOCK_ROWS, None):
-        got = _run(rows, ctx, block_rows, k, v)
+        got = _run(rows, ctx, block_rows, k, v, schedule)
         assert bool(torch.isfinite(got).all())
-        assert_bitwise("NaN tail", got, _run(rows, ctx, block_rows))
+        assert_bitwise("NaN tail", got, _run(rows, ctx, block_rows, schedule=schedule))
 
 
 def test_the_control_a_key_count_into_the_nan_slots_is_seen() -> None:
@@ -166,7 +182,7 @@ def test_the_lse_is_the_rows_log_sum_exp() -> None:
     ctx, rows = _packed()
     t = generic._tables(ctx, rows["q"].shape[0], rows["q"].device, att.BLOCK_ROWS // GROUP)
     _, lse = torch.ops.ws1_sm90.attn_fwd(
-        rows["q"], rows["k"], rows["v"], t.key_base, t.n_keys, t.blocks, att.BLOCK_ROWS, SCALE
+        rows["q"], rows["k"], rows["v"], t.key_base, t.n_keys, t.blocks, att.BLOCK_ROWS, SCALE, att.SCHEDULE
     )
     q, k = rows["q"].float(), rows["k"].float()
     start = 0

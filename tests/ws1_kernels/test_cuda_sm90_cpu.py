@@ -253,10 +253,14 @@ def test_the_hopper_attention_serves_the_widths_the_kernel_takes(
 
 
 def test_the_hopper_attention_block_sizes_are_the_kernels() -> None:
-    """The Python block sizes are the launcher's: 128 rows take two warpgroups, 64 one (attention_sm90.cu)."""
+    """The Python block sizes and schedules are the launcher's: 128 rows take two warpgroups, 64 one, and the
+    schedules are ws1_sm90.h's kSchedules (attention_sm90.cu)."""
     from ws1_kernels.cuda_sm90 import attention as sm90_att
 
     src = (HEADER.parent / "attention_sm90.cu").read_text()
-    assert "block_rows == 128 ? launch<2," in src and "(block_rows == 64 || block_rows == 128)" in src
+    assert "(block_rows == 128 ? 1 : 0)" in src and "(block_rows == 64 || block_rows == 128)" in src
     assert (sm90_att.BLOCK_ROWS, sm90_att.STEP_BLOCK_ROWS) == (128, 64)
+    m = re.search(r"constexpr int kSchedules = (\d+);", HEADER.read_text())
+    assert m is not None and sm90_att.SCHEDULES == tuple(range(int(m.group(1))))
+    assert sm90_att.SCHEDULE in sm90_att.SCHEDULES
     assert sm90_att.FORWARD.tokens(32, 8) == 32

@@ -11,7 +11,7 @@ import dataclasses
 import torch
 
 from ..cuda.step_ops import STEP_OPS as GENERIC
-from .attention import STEP_BLOCK_ROWS, supports
+from .attention import SCHEDULE, STEP_BLOCK_ROWS, supports
 
 
 def _attention(
@@ -25,7 +25,9 @@ def _attention(
     if supports(
         q.shape[1], k.shape[1], q.shape[2]
     ):  # the candidate's choice; one token a CTA (no host table)
-        return torch.ops.ws1_sm90.attn_fwd(q, k, v, key_base, n_keys, None, STEP_BLOCK_ROWS, scale)[0]
+        return torch.ops.ws1_sm90.attn_fwd(q, k, v, key_base, n_keys, None, STEP_BLOCK_ROWS, scale, SCHEDULE)[
+            0
+        ]
     return GENERIC.attention(q, k, v, key_base, n_keys, scale)
 
 

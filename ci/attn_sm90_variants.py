@@ -1,0 +1,147 @@
+"""Time the Hopper attention forward's schedules and CTA shapes beside torch's default SDPA, in one process.
+
+Every variant (`ws1_sm90.attn_fwd` with block_rows 64 or 128 and schedule 0, 1 or 2) gives the same bits (the GPU
+tests prove it), so which one `cuda_sm90.attention` wires is a speed choice alone; this script makes it. For each
+token count it builds packed causal samples of `--seq` tokens at Qwen3-8B's widths (32 query heads, 8 kv heads, head
+dim 128), times each variant and SDPA (`enable_gqa`, default backend, on [B, H, S, D] views) with CUDA events
+(median of `--reps` calls after `--warmup`), checks each variant's output bit for bit against the first, and writes
+one JSON record: device, torch version, figures in ms and TFLOP/s (4 x causal pairs x Hq x D), ratios to SDPA.
+
+    python ci/attn_sm90_variants.py --tokens 4096 --tokens 16384 --seq 4096 --out variants.json
+
+Bad arguments: one line and exit 2. A variant whose bits differ: its record says so and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+HQ, HKV, D = 32, 8, 128
+VARIANTS = [(rows, schedule) for schedule in (0, 1, 2) for rows in (128, 64)]
+
+
+class ArgError(Exception):
+    """A bad argument: the message is the one line printed before exit 2."""
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, action="append", help="packed tokens a call (repeatable)")
+    ap.add_argument("--seq", type=int, default=4096, help="tokens a sample (default 4096)")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--out", type=Path, required=True)
+    ns = ap.parse_args(argv)
+    ns.tokens = ns.tokens or [4096, 8192, 16384]
+    if ns.seq < 1 or ns.reps < 1 or ns.warmup < 0:
+        raise ArgError("--seq and --reps must be at least 1, --warmup at least 0")
+    for t in ns.tokens:
+        if t < 1 or t % min(ns.seq, t):
+            raise ArgError(
+                f"--tokens {t}: must be a positive multiple of --seq {ns.seq} (or smaller than it)"
+            )
+    if ns.out.exists():
+        raise ArgError(f"--out {ns.out}: exists; nothing is overwritten")
+    return ns
+
+
+def _time(fn, reps: int, warmup: int) -> float:  # type: ignore[no-untyped-def]
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def run(ns: argparse.Namespace) -> int:
+    import torch
+    import torch.nn.functional as F
+    import ws1_cuda_sm90_ext  # noqa: F401  (registers torch.ops.ws1_sm90)
+
+    from ws1_kernels import LayoutContext
+    from ws1_kernels.cuda import attention as generic
+
+    records, status = [], 0
+    for tokens in ns.tokens:
+        seq = min(ns.seq, tokens)
+        b = tokens // seq
+        ctx = LayoutContext(torch.arange(b).repeat_interleave(seq), torch.arange(seq).repeat(b))
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (
+            torch.randn(tokens, h, D, device="cuda", generator=g).to(torch.bfloat16) for h in (HQ, HKV, HKV)
+        )
+        flops = 4.0 * b * seq * (seq + 1) / 2 * HQ * D
+        rec: dict[str, object] = {"tokens": tokens, "seq": seq, "samples": b, "variants": []}
+        first = None
+        for rows, schedule in VARIANTS:
+            t = generic._tables(ctx, tokens, q.device, rows // (HQ // HKV))
+
+            def call(t=t, rows=rows, schedule=schedule, q=q, k=k, v=v):  # type: ignore[no-untyped-def]
+                return torch.ops.ws1_sm90.attn_fwd(
+                    q, k, v, t.key_base, t.n_keys, t.blocks, rows, D**-0.5, schedule
+                )[0]
+
+            out = call()
+            same = first is None or bool(torch.equal(out.view(torch.int16), first.view(torch.int16)))
+            first = out if first is None else first
+            status |= 0 if same else 1
+            ms = _time(call, ns.reps, ns.warmup)
+            rec["variants"].append(  # type: ignore[union-attr]
+                {
+                    "block_rows": rows,
+                    "schedule": schedule,
+                    "ms": ms,
+                    "tflops": flops / ms / 1e9,
+                    "same_bits": same,
+                }
+            )
+        qs, ks, vs = (x.view(b, seq, x.shape[1], D).transpose(1, 2) for x in (q, k, v))
+        sdpa = _time(
+            lambda qs=qs, ks=ks, vs=vs: F.scaled_dot_product_attention(
+                qs, ks, vs, is_causal=True, scale=D**-0.5, enable_gqa=True
+            ),
+            ns.reps,
+            ns.warmup,
+        )
+        rec["sdpa_ms"] = sdpa
+        rec["sdpa_tflops"] = flops / sdpa / 1e9
+        for var in rec["variants"]:  # type: ignore[union-attr]
+            var["ratio_to_sdpa"] = sdpa / var["ms"]
+            print(
+                f"tokens {tokens} rows {var['block_rows']} schedule {var['schedule']}: {var['ms']:.3f} ms "
+                f"({var['tflops']:.0f} TFLOP/s, {var['ratio_to_sdpa']:.2f}x SDPA {sdpa:.3f} ms) bits "
+                f"{'same' if var['same_bits'] else 'DIFFER'}",
+                flush=True,
+            )
+        records.append(rec)
+    ns.out.write_text(
+        json.dumps(
+            {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records}, indent=1
+        )
+    )
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        ns = parse(sys.argv[1:] if argv is None else argv)
+    except ArgError as e:
+        print(f"attn_sm90_variants: {e}")
+        return 2
+    return run(ns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
