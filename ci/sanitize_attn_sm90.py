@@ -31,7 +31,7 @@ def main() -> int:
     k = torch.randn(n, HKV, D, device="cuda").to(torch.bfloat16)
     v = torch.randn(n, HKV, D, device="cuda").to(torch.bfloat16)
     for schedule, block_rows, per_row in (
-        (s, r, p) for s in (0, 1, 2) for r, p in ((128, False), (64, True))
+        (s, r, p) for s in (0, 1, 2, 3) for r, p in ((128, False), (64, True))
     ):
         t = generic._tables(ctx, n, q.device, block_rows // (HQ // HKV))
         blocks = None if per_row else t.blocks

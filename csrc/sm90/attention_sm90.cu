@@ -26,6 +26,7 @@
 //     proxy fence and a barrier of the consumers) before P V, so 0 x inf or 0 x NaN never reaches a real row.
 // No split of the key range, no atomics: one writer per output element.
 #include <climits>
+#include <type_traits>
 
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
@@ -54,7 +55,12 @@ template <int kStages>
 using SmemVt = decltype(composition(SmemKV<kStages>{}, make_layout(Shape<Int<kD>, Int<kKeys>, Int<kStages>>{},
                                                                    Stride<Int<kKeys>, _1, Int<kKeys * kD>>{})));
 
-using MmaS = decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}));
+// S = Q K^T with Q from shared memory, or from registers (kQRegs: the warpgroup reads only K from shared memory a
+// k-step, half the bytes: with m64n64 tiles the SS form asks about as many bytes a cycle as shared memory serves)
+template <bool kQRegs>
+using MmaS = std::conditional_t<
+    kQRegs, decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>{})),
+    decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}))>;
 using MmaO = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{}));
 
 // The key (or value) tensor as TMA sees it: (key row, head dim, kv head)
@@ -69,14 +75,14 @@ auto kv_tma(const bf16* p, int rows, int hkv) {
                        Shape<Int<kKeys>, Int<kD>>{});
 }
 
-template <int W, int kStagesT>
+template <int W, int kStagesT, bool kQRegs>
 struct Cfg {
   static constexpr int kStages = kStagesT;
   static constexpr int kConsumerThreads = 128 * W;
   static constexpr int kThreads = kConsumerThreads + 32;  // and one producer warp, the last
   using Tma = decltype(kv_tma<kStages>(nullptr, 0, 0));
   struct SharedStorage {
-    alignas(1024) ArrayEngine<Element, cosize_v<SmemQ> * W> q;
+    alignas(1024) ArrayEngine<Element, kQRegs ? 64 : cosize_v<SmemQ> * W> q;  // unused with Q in registers
     alignas(1024) ArrayEngine<Element, cosize_v<SmemKV<kStages>>> k;
     alignas(1024) ArrayEngine<Element, cosize_v<SmemKV<kStages>>> v;
     alignas(8) uint64_t full[kStages];   // the slot's K and V landed
@@ -94,14 +100,16 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 
 // blocks: int32 [n_blocks, 3] = (first row, tokens in the block, the block's key count: the largest n_keys of its
 // rows), or null: one token a CTA, its key count its own
-template <int W, int kStages, bool kOverlap>
-__global__ void __launch_bounds__(Cfg<W, kStages>::kThreads, 1)
-    ws1_sm90_attn_fwd(CUTLASS_GRID_CONSTANT typename Cfg<W, kStages>::Tma const tma_k,
-                      CUTLASS_GRID_CONSTANT typename Cfg<W, kStages>::Tma const tma_v, const bf16* __restrict__ q,
+// Registers are capped by __maxnreg__, not launch bounds: bounds of 288 threads left the Q-in-registers kernel 168
+// registers, and its wgmma serialised and spilled; 208 x 288 threads still fit the register file.
+template <int W, int kStages, bool kOverlap, bool kQRegs>
+__global__ void __maxnreg__(kQRegs ? 208 : 168)
+    ws1_sm90_attn_fwd(CUTLASS_GRID_CONSTANT typename Cfg<W, kStages, kQRegs>::Tma const tma_k,
+                      CUTLASS_GRID_CONSTANT typename Cfg<W, kStages, kQRegs>::Tma const tma_v, const bf16* __restrict__ q,
                       const int32_t* __restrict__ key_base, const int32_t* __restrict__ n_keys,
                       const int32_t* __restrict__ blocks, bf16* __restrict__ o, float* __restrict__ lse, int kv_rows,
                       int hq, int hkv, float scale_log2) {
-  using C = Cfg<W, kStages>;
+  using C = Cfg<W, kStages, kQRegs>;
   extern __shared__ __align__(1024) char smem_raw[];
   auto& smem = *reinterpret_cast<typename C::SharedStorage*>(smem_raw);
   Tensor sK = make_tensor(make_smem_ptr(smem.k.begin()), SmemKV<kStages>{});
@@ -151,28 +159,6 @@ __global__ void __launch_bounds__(Cfg<W, kStages>::kThreads, 1)
 
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int lane = tid % 32, quad = lane / 4, pair = (lane % 4) * 2;
-  Tensor sQ = make_tensor(make_smem_ptr(smem.q.begin() + wg * cosize_v<SmemQ>), SmemQ{});
-
-  // this warpgroup's 64 rows of Q into shared memory (zeros past the block's tokens): 16-byte chunks, which the
-  // 128-byte swizzle moves whole
-  for (int c = tid; c < kWgRows * (kD / 8); c += 128) {
-    const int r = c / (kD / 8), col = (c % (kD / 8)) * 8;
-    const int row = wg * kWgRows + r;
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (row / group < tokens) {
-      const int64_t t = t0 + row / group;
-      val = *reinterpret_cast<const uint4*>(q + (t * hq + g * group + row % group) * kD + col);
-    }
-    *reinterpret_cast<uint4*>(&sQ(r, col)) = val;
-  }
-  cutlass::arch::fence_view_async_shared();  // the generic-proxy writes, seen by wgmma's async proxy
-  // barrier ids are immediates: an id in a register makes ptxas reserve all 16
-  if (wg == 0) {
-    cutlass::arch::NamedBarrier::sync(128, 1);
-  } else {
-    cutlass::arch::NamedBarrier::sync(128, 2);
-  }
-
   // this thread's two rows: warp (tid / 32) * 16 + quad, and 8 below
   int row_t[2], row_h[2], row_n[2];
   bool row_ok[2];
@@ -185,11 +171,54 @@ __global__ void __launch_bounds__(Cfg<W, kStages>::kThreads, 1)
     row_n[i] = row_ok[i] ? n_keys[row_t[i]] : 0;
   }
 
-  MmaS mma_s;
-  MmaO mma_o;
+  MmaS<kQRegs> mma_s;
   auto thr_s = mma_s.get_thread_slice(tid);
+  // Q as S's A operand, loaded once (zeros past the block's tokens)
+  auto load_q = [&]() {
+    if constexpr (kQRegs) {
+      // the register fragment of k-step s (head dims [16 s, 16 s + 16)): values (c, h, kk) at row quad + 8 h, dim
+      // pair + c + 8 kk, in that order (CuTe's ALayout_64x16), i.e. 32-bit word h + 2 kk + 4 s of the fragment
+      Tensor r = make_tensor<Element>(Layout<Shape<Shape<_2, _2, _2>, _1, Int<kD / 16>>, Stride<Stride<_1, _2, _4>, _0, _8>>{});
+      uint32_t* r32 = reinterpret_cast<uint32_t*>(raw_pointer_cast(r.data()));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bf16* qr = q + (static_cast<int64_t>(row_t[h]) * hq + row_h[h]) * kD + pair;
+#pragma unroll
+        for (int st = 0; st < kD / 16; ++st) {
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+            r32[h + 2 * kk + 4 * st] = row_ok[h] ? *reinterpret_cast<const uint32_t*>(qr + 16 * st + 8 * kk) : 0u;
+          }
+        }
+      }
+      return r;
+    } else {
+      Tensor sQ = make_tensor(make_smem_ptr(smem.q.begin() + wg * cosize_v<SmemQ>), SmemQ{});
+      // this warpgroup's 64 rows of Q into shared memory: 16-byte chunks, which the 128-byte swizzle moves whole
+      for (int c = tid; c < kWgRows * (kD / 8); c += 128) {
+        const int r = c / (kD / 8), col = (c % (kD / 8)) * 8;
+        const int row = wg * kWgRows + r;
+        uint4 val = make_uint4(0u, 0u, 0u, 0u);
+        if (row / group < tokens) {
+          const int64_t t = t0 + row / group;
+          val = *reinterpret_cast<const uint4*>(q + (t * hq + g * group + row % group) * kD + col);
+        }
+        *reinterpret_cast<uint4*>(&sQ(r, col)) = val;
+      }
+      cutlass::arch::fence_view_async_shared();  // the generic-proxy writes, seen by wgmma's async proxy
+      // barrier ids are immediates: an id in a register makes ptxas reserve all 16
+      if (wg == 0) {
+        cutlass::arch::NamedBarrier::sync(128, 1);
+      } else {
+        cutlass::arch::NamedBarrier::sync(128, 2);
+      }
+      return thr_s.make_fragment_A(thr_s.partition_A(sQ));  // (MMA, 1, 8): descriptors
+    }
+  };
+  Tensor tSrQ = load_q();
+
+  MmaO mma_o;
   auto thr_o = mma_o.get_thread_slice(tid);
-  Tensor tSrQ = thr_s.make_fragment_A(thr_s.partition_A(sQ));  // (MMA, 1, 8)
   Tensor tSrK = thr_s.make_fragment_B(thr_s.partition_B(sK));  // (MMA, 1, 8, stage)
   Tensor tOrV = thr_o.make_fragment_B(thr_o.partition_B(sVt));  // (MMA, 1, 4, stage)
   Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kWgRows>, Int<kKeys>>{});  // 32 values
@@ -204,6 +233,7 @@ __global__ void __launch_bounds__(Cfg<W, kStages>::kThreads, 1)
 
   // S = Q K^T of the block in `slot`, one chain over the head dim per score (issued, not waited for)
   auto issue_s = [&](int slot) {
+    if constexpr (kQRegs) warpgroup_fence_operand(tSrQ);
     warpgroup_fence_operand(tSrS);
     warpgroup_arrive();
     mma_s.accumulate_ = GMMA::ScaleOut::Zero;
@@ -348,14 +378,14 @@ __global__ void __launch_bounds__(Cfg<W, kStages>::kThreads, 1)
   }
 }
 
-template <int W, int kStages, bool kOverlap>
+template <int W, int kStages, bool kOverlap, bool kQRegs>
 cudaError_t launch(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,
                    const int32_t* blocks, int n_blocks, int kv_rows, bf16* o, float* lse, int hq, int hkv,
                    float scale, cudaStream_t stream) {
-  using C = Cfg<W, kStages>;
+  using C = Cfg<W, kStages, kQRegs>;
   const typename C::Tma tk = kv_tma<kStages>(k, kv_rows, hkv);
   const typename C::Tma tv = kv_tma<kStages>(v, kv_rows, hkv);
-  auto* kernel = &ws1_sm90_attn_fwd<W, kStages, kOverlap>;
+  auto* kernel = &ws1_sm90_attn_fwd<W, kStages, kOverlap, kQRegs>;
   constexpr int kSmem = static_cast<int>(sizeof(typename C::SharedStorage));
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess)
@@ -384,14 +414,17 @@ cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t*
   // make_tma_atom encodes its descriptors through the driver API: the thread's context must be current
   if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return e;
   const int nb = static_cast<int>(n_blocks), kr = static_cast<int>(kv_rows);
-#define WS1_ATTN_LAUNCH(W, S, O) launch<W, S, O>(q, k, v, key_base, n_keys, blocks, nb, kr, o, lse, hq, hkv, scale, stream)
+#define WS1_ATTN_LAUNCH(W, S, O, R) \
+  launch<W, S, O, R>(q, k, v, key_base, n_keys, blocks, nb, kr, o, lse, hq, hkv, scale, stream)
   switch (schedule * 2 + (block_rows == 128 ? 1 : 0)) {
-    case 0: return WS1_ATTN_LAUNCH(1, 2, false);
-    case 1: return WS1_ATTN_LAUNCH(2, 2, false);
-    case 2: return WS1_ATTN_LAUNCH(1, 2, true);
-    case 3: return WS1_ATTN_LAUNCH(2, 2, true);
-    case 4: return WS1_ATTN_LAUNCH(1, 3, true);
-    case 5: return WS1_ATTN_LAUNCH(2, 3, true);
+    case 0: return WS1_ATTN_LAUNCH(1, 2, false, false);
+    case 1: return WS1_ATTN_LAUNCH(2, 2, false, false);
+    case 2: return WS1_ATTN_LAUNCH(1, 2, true, false);
+    case 3: return WS1_ATTN_LAUNCH(2, 2, true, false);
+    case 4: return WS1_ATTN_LAUNCH(1, 3, true, false);
+    case 5: return WS1_ATTN_LAUNCH(2, 3, true, false);
+    case 6: return WS1_ATTN_LAUNCH(1, 2, true, true);
+    case 7: return WS1_ATTN_LAUNCH(2, 2, true, true);
     default: return cudaErrorInvalidValue;
   }
 #undef WS1_ATTN_LAUNCH
@@ -399,16 +432,19 @@ cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t*
 
 int attn_fwd_infos(KernelInfo* out, int cap) {
   using namespace attn_detail;
-  const void* fns[] = {reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, false>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, false>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, true>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, true>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 3, true>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 3, true>)};
+  const void* fns[] = {reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, false, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, false, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, true, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, true, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 3, true, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 3, true, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, true, true>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, true, true>)};
   const char* names[] = {"ws1_sm90_attn_fwd_64",          "ws1_sm90_attn_fwd_128",
                          "ws1_sm90_attn_fwd_64_overlap",  "ws1_sm90_attn_fwd_128_overlap",
-                         "ws1_sm90_attn_fwd_64_overlap3", "ws1_sm90_attn_fwd_128_overlap3"};
-  return fill_kernel_infos(out, cap, fns, names, 6);
+                         "ws1_sm90_attn_fwd_64_overlap3", "ws1_sm90_attn_fwd_128_overlap3",
+                         "ws1_sm90_attn_fwd_64_qregs",    "ws1_sm90_attn_fwd_128_qregs"};
+  return fill_kernel_infos(out, cap, fns, names, 8);
 }
 
 }  // namespace ws1::sm90

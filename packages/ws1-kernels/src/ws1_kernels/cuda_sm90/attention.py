@@ -4,9 +4,10 @@
 The forward keeps the generic tiled kernel's rule (row blocks of one sample that share their keys, keys in fixed
 logical blocks of 64 from position 0, every row reduction in an order fixed by the block and the head dim), so a
 row's bits do not depend on the block it lands in: a packed prefill, a chunked prefill and a decode step agree.
-What changes is the machine: 128-row blocks (two consumer warpgroups sharing each key block that TMA brings), S and
-P V on wgmma. The host tables (key bases, key counts, row blocks) are the generic module's, built once per layout;
-the backward (``ws1.attn_bwd``) reads no row blocks, so it is the generic one unchanged and its kernel id says so.
+What changes is the machine: K and V by TMA from a producer warp, S and P V on wgmma, the next block's S issued
+with this block's P V. The host tables (key bases, key counts, row blocks) are the generic module's, built once
+per layout; the backward (``ws1.attn_bwd``) reads no row blocks, so it is the generic one unchanged and its kernel
+id says so.
 The step path runs the same kernel one token a CTA (``STEP_BLOCK_ROWS``): the rollout and the trainer share it.
 """
 
@@ -19,16 +20,18 @@ from ..context import LayoutContext
 from ..cuda import attention as generic
 
 KERNEL = "ws1.cuda_sm90.attention.wgmma_fwd"
-#: query rows a CTA of the row-block path takes: two consumer warpgroups of 64
-BLOCK_ROWS = 128
+#: query rows a CTA of the row-block path takes: one consumer warpgroup of 64 (16 tokens x a group of 4). Two
+#: warpgroups of 64 sharing each key block (128) were 2-6% slower on the H200 (ci/attn_sm90_variants.py, 4096-16384
+#: tokens): with 64, two CTAs share an SM and progress independently. Every choice gives the same bits
+BLOCK_ROWS = 64
 #: the step path's CTA (one token, so one warpgroup of 64 rows is plenty)
 STEP_BLOCK_ROWS = 64
 HEAD_DIM = 128
 #: the kernel's loop (ws1_sm90.h, kSchedules): 0 plain on a 2-slot ring, 1 overlapped (block kb's S issued with block
-#: kb - 1's P V) on 2 slots, 2 overlapped on 3. Every schedule gives the same bits (the GPU tests compare them), so
-#: this is a speed choice alone, made by ci/attn_sm90_variants.py
-SCHEDULE = 2
-SCHEDULES = (0, 1, 2)
+#: kb - 1's P V) on 2 slots, 2 overlapped on 3, 3 overlapped on 2 with Q in registers. Every schedule gives the same
+#: bits (the GPU tests compare them), so this is a speed choice alone, made by ci/attn_sm90_variants.py
+SCHEDULE = 3
+SCHEDULES = (0, 1, 2, 3)
 
 
 def supports(hq: int, hkv: int, d: int, rows: int = BLOCK_ROWS) -> bool:
