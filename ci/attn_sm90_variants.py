@@ -8,6 +8,7 @@ dim 128), times each variant and SDPA (`enable_gqa`, default backend, on [B, H, 
 one JSON record: device, torch version, figures in ms and TFLOP/s (4 x causal pairs x Hq x D), ratios to SDPA.
 
     python ci/attn_sm90_variants.py --tokens 4096 --tokens 16384 --seq 4096 --out variants.json
+    ncu -k regex:ws1_sm90_attn_fwd python ci/attn_sm90_variants.py --variant 64:3 --no-sdpa --tokens 16384 --out x.json
 
 Bad arguments: one line and exit 2. A variant whose bits differ: its record says so and the exit status is 1.
 """
@@ -34,8 +35,24 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seq", type=int, default=4096, help="tokens a sample (default 4096)")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument(
+        "--variant",
+        action="append",
+        metavar="ROWS:SCHEDULE",
+        help="time only these (repeatable; default all)",
+    )
+    ap.add_argument("--no-sdpa", action="store_true", help="skip SDPA (for a profiler run of one variant)")
     ap.add_argument("--out", type=Path, required=True)
     ns = ap.parse_args(argv)
+    ns.variants = VARIANTS
+    if ns.variant:
+        try:
+            ns.variants = [tuple(int(x) for x in v.split(":")) for v in ns.variant]
+        except ValueError:
+            raise ArgError(f"--variant {ns.variant}: ROWS:SCHEDULE, e.g. 64:3") from None
+        bad = [v for v in ns.variants if v not in VARIANTS]
+        if bad:
+            raise ArgError(f"--variant {bad[0]}: not one of {VARIANTS}")
     ns.tokens = ns.tokens or [4096, 8192, 16384]
     if ns.seq < 1 or ns.reps < 1 or ns.warmup < 0:
         raise ArgError("--seq and --reps must be at least 1, --warmup at least 0")
@@ -85,7 +102,7 @@ def run(ns: argparse.Namespace) -> int:
         flops = 4.0 * b * seq * (seq + 1) / 2 * HQ * D
         rec: dict[str, object] = {"tokens": tokens, "seq": seq, "samples": b, "variants": []}
         first = None
-        for rows, schedule in VARIANTS:
+        for rows, schedule in ns.variants:
             t = generic._tables(ctx, tokens, q.device, rows // (HQ // HKV))
 
             def call(t=t, rows=rows, schedule=schedule, q=q, k=k, v=v):  # type: ignore[no-untyped-def]
@@ -108,6 +125,9 @@ def run(ns: argparse.Namespace) -> int:
                 }
             )
         qs, ks, vs = (x.view(b, seq, x.shape[1], D).transpose(1, 2) for x in (q, k, v))
+        if ns.no_sdpa:
+            records.append(rec)
+            continue
         sdpa = _time(
             lambda qs=qs, ks=ks, vs=vs: F.scaled_dot_product_attention(
                 qs, ks, vs, is_causal=True, scale=D**-0.5, enable_gqa=True
