@@ -160,7 +160,7 @@ for s in "$@"; do
               --tokens 4096 --tokens 8192 --tokens 16384 --seq 4096 --out "$ev/attn90-variants.json"
             step attn90-ncu "${NCU_LIMIT:-90}" env PYTHONPATH="$hp" ncu --clock-control none --section SpeedOfLight \
               --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy -k regex:ws1_sm90_attn_fwd \
-              --launch-skip 3 --launch-count 1 python3 ci/attn_sm90_variants.py --variant "${ATTN90_NCU_VARIANT:-64:3}" \
+              --launch-skip 3 --launch-count 1 python3 ci/attn_sm90_variants.py --variant "${ATTN90_NCU_VARIANT:-64:1}" \
               --no-sdpa --tokens 16384 --reps 2 --warmup 2 --out "$ev/attn90-ncu-variant.json"
             for tool in memcheck racecheck; do
               step "attn90-$tool" "${HOPPER_SANITIZE_LIMIT:-120}" env PYTHONPATH="$hp" compute-sanitizer --tool "$tool" \

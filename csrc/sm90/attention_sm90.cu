@@ -390,6 +390,11 @@ cudaError_t launch(const bf16* q, const bf16* k, const bf16* v, const int32_t* k
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess)
     return e;
+  // the most shared memory per SM, so that two one-warpgroup CTAs fit (ncu saw one CTA an SM, limited by shared
+  // memory too, without it)
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+      e != cudaSuccess)
+    return e;
   const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(hkv));
   kernel<<<grid, C::kThreads, kSmem, stream>>>(tk, tv, q, key_base, n_keys, blocks, o, lse, kv_rows, hq, hkv,
                                                scale * kLog2e);
@@ -403,12 +408,19 @@ bool attn_fwd_supported(int hq, int hkv, int d, int block_rows) {
          block_rows % (hq / hkv) == 0;
 }
 
+// Schedule 3 keeps Q in registers: about 200 registers a thread. A CTA's warps are dealt to the SM's four
+// sub-partitions, each with 16384 registers: the 9 warps of a two-warpgroup CTA put 3 on one (3 x 32 x 200 > 16384),
+// so that launch fails ("too many resources requested", seen on an H100); one warpgroup (5 warps) fits.
+bool attn_fwd_schedule_ok(int block_rows, int schedule) {
+  return schedule >= 0 && schedule < kSchedules && !(schedule == 3 && block_rows == 128);
+}
+
 cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,
                      const int32_t* blocks, int64_t n_blocks, int64_t kv_rows, bf16* o, float* lse, int hq, int hkv,
                      int d, int block_rows, float scale, int schedule, int device, cudaStream_t stream) {
   using namespace attn_detail;
   if (n_blocks == 0) return cudaSuccess;
-  if (!attn_fwd_supported(hq, hkv, d, block_rows) || schedule < 0 || schedule >= kSchedules || n_blocks > INT_MAX || kv_rows < 1 || kv_rows > INT_MAX ||
+  if (!attn_fwd_supported(hq, hkv, d, block_rows) || !attn_fwd_schedule_ok(block_rows, schedule) || n_blocks > INT_MAX || kv_rows < 1 || kv_rows > INT_MAX ||
       hkv > 65535)
     return cudaErrorInvalidValue;
   // make_tma_atom encodes its descriptors through the driver API: the thread's context must be current
@@ -424,7 +436,7 @@ cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t*
     case 4: return WS1_ATTN_LAUNCH(1, 3, true, false);
     case 5: return WS1_ATTN_LAUNCH(2, 3, true, false);
     case 6: return WS1_ATTN_LAUNCH(1, 2, true, true);
-    case 7: return WS1_ATTN_LAUNCH(2, 2, true, true);
+    // no case 7: two warpgroups with Q in registers (about 200 registers a thread) do not fit (attn_fwd_supported)
     default: return cudaErrorInvalidValue;
   }
 #undef WS1_ATTN_LAUNCH
@@ -438,13 +450,12 @@ int attn_fwd_infos(KernelInfo* out, int cap) {
                        reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, true, false>),
                        reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 3, true, false>),
                        reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 3, true, false>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, true, true>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, true, true>)};
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, true, true>)};
   const char* names[] = {"ws1_sm90_attn_fwd_64",          "ws1_sm90_attn_fwd_128",
                          "ws1_sm90_attn_fwd_64_overlap",  "ws1_sm90_attn_fwd_128_overlap",
                          "ws1_sm90_attn_fwd_64_overlap3", "ws1_sm90_attn_fwd_128_overlap3",
-                         "ws1_sm90_attn_fwd_64_qregs",    "ws1_sm90_attn_fwd_128_qregs"};
-  return fill_kernel_infos(out, cap, fns, names, 8);
+                         "ws1_sm90_attn_fwd_64_qregs"};
+  return fill_kernel_infos(out, cap, fns, names, 7);
 }
 
 }  // namespace ws1::sm90

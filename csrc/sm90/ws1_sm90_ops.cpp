@@ -258,6 +258,8 @@ std::tuple<Tensor, Tensor> attn_fwd(const Tensor& q, const Tensor& k, const Tens
               hq, ", Hkv ", hkv, ", D ", d, ", block_rows ", block_rows);
   TORCH_CHECK(0 <= schedule && schedule < ws1::sm90::kSchedules, "ws1_sm90.attn_fwd: schedule must be in [0, ",
               ws1::sm90::kSchedules, "), got ", schedule);
+  TORCH_CHECK(ws1::sm90::attn_fwd_schedule_ok(static_cast<int>(block_rows), static_cast<int>(schedule)),
+              "ws1_sm90.attn_fwd: schedule ", schedule, " (Q in registers) takes 64-row blocks only, got ", block_rows);
   check_table32("key_base", key_base, q.size(0));
   check_table32("n_keys", n_keys, q.size(0));
   int64_t n_blocks = q.size(0);
