@@ -25,6 +25,7 @@
 //     past the tensor. Their scores are masked by the select; their values are zeroed in shared memory (behind a
 //     proxy fence and a barrier of the consumers) before P V, so 0 x inf or 0 x NaN never reaches a real row.
 // No split of the key range, no atomics: one writer per output element.
+#include <atomic>
 #include <climits>
 #include <type_traits>
 
@@ -381,20 +382,28 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
 template <int W, int kStages, bool kOverlap, bool kQRegs>
 cudaError_t launch(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,
                    const int32_t* blocks, int n_blocks, int kv_rows, bf16* o, float* lse, int hq, int hkv,
-                   float scale, cudaStream_t stream) {
+                   float scale, int device, cudaStream_t stream) {
   using C = Cfg<W, kStages, kQRegs>;
   const typename C::Tma tk = kv_tma<kStages>(k, kv_rows, hkv);
   const typename C::Tma tv = kv_tma<kStages>(v, kv_rows, hkv);
   auto* kernel = &ws1_sm90_attn_fwd<W, kStages, kOverlap, kQRegs>;
   constexpr int kSmem = static_cast<int>(sizeof(typename C::SharedStorage));
-  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      e != cudaSuccess)
-    return e;
-  // the most shared memory per SM, so that two one-warpgroup CTAs fit (ncu saw one CTA an SM, limited by shared
-  // memory too, without it)
-  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-      e != cudaSuccess)
-    return e;
+  // The attributes belong to the device's context: set once per device (a bit per device below 32), not per call,
+  // since the step path calls this 36 times a decode step and each set costs host time. A race sets them twice,
+  // which is harmless.
+  static std::atomic<uint32_t> configured{0};
+  const uint32_t bit = device < 32 ? (1u << device) : 0u;
+  if (bit == 0 || (configured.load(std::memory_order_relaxed) & bit) == 0) {
+    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+        e != cudaSuccess)
+      return e;
+    // the most shared memory per SM, so that two one-warpgroup CTAs fit (ncu saw one CTA an SM, limited by shared
+    // memory too, without it)
+    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+        e != cudaSuccess)
+      return e;
+    configured.fetch_or(bit, std::memory_order_relaxed);
+  }
   const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(hkv));
   kernel<<<grid, C::kThreads, kSmem, stream>>>(tk, tv, q, key_base, n_keys, blocks, o, lse, kv_rows, hq, hkv,
                                                scale * kLog2e);
@@ -427,7 +436,7 @@ cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t*
   if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return e;
   const int nb = static_cast<int>(n_blocks), kr = static_cast<int>(kv_rows);
 #define WS1_ATTN_LAUNCH(W, S, O, R) \
-  launch<W, S, O, R>(q, k, v, key_base, n_keys, blocks, nb, kr, o, lse, hq, hkv, scale, stream)
+  launch<W, S, O, R>(q, k, v, key_base, n_keys, blocks, nb, kr, o, lse, hq, hkv, scale, device, stream)
   switch (schedule * 2 + (block_rows == 128 ? 1 : 0)) {
     case 0: return WS1_ATTN_LAUNCH(1, 2, false, false);
     case 1: return WS1_ATTN_LAUNCH(2, 2, false, false);
