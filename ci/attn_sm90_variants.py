@@ -45,6 +45,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="time only these (repeatable; default all)",
     )
     ap.add_argument("--no-sdpa", action="store_true", help="skip SDPA (for a profiler run of one variant)")
+    ap.add_argument(
+        "--backward",
+        action="store_true",
+        help="also time the Hopper backward (ws1_sm90.attn_bwd) beside SDPA's backward and the generic ws1.attn_bwd",
+    )
     ap.add_argument("--out", type=Path, required=True)
     ns = ap.parse_args(argv)
     ns.variants = VARIANTS
@@ -83,6 +88,47 @@ def _time(fn, reps: int, warmup: int) -> float:  # type: ignore[no-untyped-def]
         b.synchronize()
         times.append(a.elapsed_time(b))
     return statistics.median(times)
+
+
+def _backward(ctx, q, k, v, qs, ks, vs, flops: float, ns: argparse.Namespace) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """The Hopper backward, the generic one and SDPA's, each on its own forward's outputs (2.5x the forward's work)."""
+    import torch
+    import torch.nn.functional as F
+
+    from ws1_kernels.cuda import attention as generic
+    from ws1_kernels.cuda_sm90 import attention as sm90_att
+
+    dout = torch.randn_like(q)
+    t = generic._tables(ctx, q.shape[0], q.device, 64 // (HQ // HKV))
+    o, lse = torch.ops.ws1_sm90.attn_fwd(
+        q, k, v, t.key_base, t.n_keys, t.blocks, 64, D**-0.5, sm90_att.SCHEDULE
+    )
+    hopper = _time(
+        lambda: sm90_att.hopper_backward(q, k, v, o, dout, lse, D**-0.5, ctx), max(2, ns.reps // 4), ns.warmup
+    )
+    gt = generic._tables(ctx, q.shape[0], q.device, None)
+    gen = _time(
+        lambda: torch.ops.ws1.attn_bwd(q, k, v, o, dout, lse, gt.key_base, gt.n_keys, gt.q_end, D**-0.5),
+        2,
+        1,
+    )
+    qg, kg, vg = (x.detach().clone().requires_grad_(True) for x in (qs, ks, vs))
+    out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, scale=D**-0.5, enable_gqa=True)
+    go = torch.randn_like(out)
+    sdpa = _time(lambda: torch.autograd.grad(out, (qg, kg, vg), go, retain_graph=True), ns.reps, ns.warmup)
+    rec = {
+        "hopper_ms": hopper,
+        "generic_ms": gen,
+        "sdpa_ms": sdpa,
+        "hopper_tflops": 2.5 * flops / hopper / 1e9,
+        "ratio_to_sdpa": sdpa / hopper,
+        "generic_ratio_to_sdpa": sdpa / gen,
+    }
+    print(
+        f"backward: hopper {hopper:.3f} ms ({rec['ratio_to_sdpa']:.2f}x SDPA {sdpa:.3f} ms), generic {gen:.3f} ms",
+        flush=True,
+    )
+    return rec
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -140,6 +186,8 @@ def run(ns: argparse.Namespace) -> int:
         )
         rec["sdpa_ms"] = sdpa
         rec["sdpa_tflops"] = flops / sdpa / 1e9
+        if ns.backward:
+            rec["backward"] = _backward(ctx, q, k, v, qs, ks, vs, flops, ns)
         for var in rec["variants"]:  # type: ignore[union-attr]
             var["ratio_to_sdpa"] = sdpa / var["ms"]
             print(

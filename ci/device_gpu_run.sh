@@ -150,14 +150,15 @@ for s in "$@"; do
     # racecheck over ci/sanitize_attn_sm90.py
     attn90) hb="$PWD/build/cuda-gpu_sm90"; hp="$hb:$hb/hopper:${PYTHONPATH:-}"
             step attn90-tests "${ATTN90_TESTS_LIMIT:-200}" env PYTHONPATH="$hp" python3 -m pytest -q -p no:cacheprovider \
-              -rfE --durations=15 tests/ws1_kernels/test_cuda_sm90_attention_gpu.py tests/ws1_kernels/test_cuda_sm90_step_gpu.py
+              -rfE --durations=15 tests/ws1_kernels/test_cuda_sm90_attention_gpu.py \
+              tests/ws1_kernels/test_cuda_sm90_attention_bwd_gpu.py tests/ws1_kernels/test_cuda_sm90_step_gpu.py
             step attn90-cells "${ATTN90_CELLS_LIMIT:-200}" env PYTHONPATH="$hp" ws1 matrix --profile cuda_bf16_sm90 \
               --op attention "${tiers[@]}" --cell-timeout 120 --out "$ev/sm90_attention" --force
             step attn90-bench "${ATTN90_BENCH_LIMIT:-200}" env PYTHONPATH="$hp" bash -c "ws1 bench --profile cuda_bf16_sm90 \
               --op attention --m 4096 --m 8192 --m 16384 --out $ev/bench-attn90 --force; ws1 bench --profile \
               cuda_bf16_sm90 --op attention_decode --m 1 --m 64 --m 256 --out $ev/bench-attn90-decode --force"
             step attn90-variants "${ATTN90_VARIANTS_LIMIT:-120}" env PYTHONPATH="$hp" python3 ci/attn_sm90_variants.py \
-              --tokens 4096 --tokens 8192 --tokens 16384 --seq 4096 --out "$ev/attn90-variants.json"
+              --tokens 4096 --tokens 8192 --tokens 16384 --seq 4096 --backward --out "$ev/attn90-variants.json"
             step attn90-ncu "${NCU_LIMIT:-90}" env PYTHONPATH="$hp" ncu --clock-control none --section SpeedOfLight \
               --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy -k regex:ws1_sm90_attn_fwd \
               --launch-skip 3 --launch-count 1 python3 ci/attn_sm90_variants.py --variant "${ATTN90_NCU_VARIANT:-64:1}" \

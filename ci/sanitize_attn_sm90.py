@@ -2,7 +2,8 @@
 call in each schedule and CTA shape (128-row blocks on two warpgroups, one token a CTA on one) over packed samples whose lengths
 straddle the 64-key blocks, so the last key block of a sample is partial (its value rows zeroed in shared memory)
 and the last sample's box runs past the tensor (TMA's zero fill). It needs the Hopper module (`ws1_cuda_sm90_ext`)
-on the path and an sm_90 device; exit 0 when every call returned finite values, else one line and exit 1.
+on the path and an sm_90 device; exit 0 when every call returned finite values, else one line and exit 1. Then one
+backward (`ws1_sm90.attn_bwd`: delta, dQ, dV, dK) over the same samples.
 
     compute-sanitizer --tool racecheck --error-exitcode 1 python ci/sanitize_attn_sm90.py
 """

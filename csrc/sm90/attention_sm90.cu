@@ -33,21 +33,14 @@
 #include "cutlass/arch/barrier.h"
 #include "cutlass/cutlass.h"
 #include "cutlass/device_kernel.h"
+#include "attention_sm90.cuh"
 #include "ws1_sm90.h"
 
 namespace ws1::sm90 {
 namespace attn_detail {
 
 using namespace cute;
-using Element = cutlass::bfloat16_t;
 
-constexpr int kD = 128;     // head dim
-constexpr int kKeys = 64;   // keys per logical key block
-constexpr int kWgRows = 64;  // query rows per consumer warpgroup
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-using SmemQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kWgRows>, Int<kD>>{}));
 template <int kStages>
 using SmemKV = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
                                       Shape<Int<kKeys>, Int<kD>, Int<kStages>>{}));
@@ -94,10 +87,6 @@ struct Cfg {
 using Full = cutlass::arch::ClusterTransactionBarrier;
 using Empty = cutlass::arch::ClusterBarrier;
 
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (the lower address), .y = hi
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // blocks: int32 [n_blocks, 3] = (first row, tokens in the block, the block's key count: the largest n_keys of its
 // rows), or null: one token a CTA, its key count its own

@@ -236,9 +236,9 @@ void wgrad_meta(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tens
 // Causal GQA attention forward (attention_sm90.cu): (o [T, Hq, D] bf16, lse [T, Hq] fp32). blocks: int32
 // [n_blocks, 3] row blocks of at most block_rows / (Hq / Hkv) tokens, or None (one token a CTA: the step path).
 // The host tables are the generic attn_fwd_tiled's (cuda/attention.py builds them once per layout).
-void check_table32(const char* name, const Tensor& t, int64_t rows) {
+void check_table32(const char* op, const char* name, const Tensor& t, int64_t rows) {
   TORCH_CHECK(t.is_cuda() && t.scalar_type() == at::kInt && t.dim() == 1 && t.is_contiguous() && t.size(0) == rows,
-              "ws1_sm90.attn_fwd: ", name, " must be contiguous int32 [", rows, "] on the device");
+              "ws1_sm90.", op, ": ", name, " must be contiguous int32 [", rows, "] on the device");
 }
 
 std::tuple<Tensor, Tensor> attn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_base,
@@ -260,8 +260,8 @@ std::tuple<Tensor, Tensor> attn_fwd(const Tensor& q, const Tensor& k, const Tens
               ws1::sm90::kSchedules, "), got ", schedule);
   TORCH_CHECK(ws1::sm90::attn_fwd_schedule_ok(static_cast<int>(block_rows), static_cast<int>(schedule)),
               "ws1_sm90.attn_fwd: schedule ", schedule, " (Q in registers) takes 64-row blocks only, got ", block_rows);
-  check_table32("key_base", key_base, q.size(0));
-  check_table32("n_keys", n_keys, q.size(0));
+  check_table32("attn_fwd", "key_base", key_base, q.size(0));
+  check_table32("attn_fwd", "n_keys", n_keys, q.size(0));
   int64_t n_blocks = q.size(0);
   if (blocks.has_value()) {
     TORCH_CHECK(blocks->is_cuda() && blocks->scalar_type() == at::kInt && blocks->dim() == 2 &&
@@ -291,6 +291,57 @@ std::tuple<Tensor, Tensor> attn_fwd_meta(const Tensor& q, const Tensor&, const T
   return {at::empty_like(q), at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat))};
 }
 
+// Causal GQA attention backward (attention_bwd_sm90.cu): (dq, dk, dv). blocks: the forward's row blocks at 64-row
+// blocks; kblocks: int32 [n, 3] (the sample's first row, its length, the key block's index), one per 64 keys of
+// every sample (cuda_sm90/attention.py builds both once per layout).
+std::tuple<Tensor, Tensor, Tensor> attn_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                                            const Tensor& dout, const Tensor& lse, const Tensor& key_base,
+                                            const Tensor& n_keys, const Tensor& blocks, const Tensor& kblocks,
+                                            double scale) {
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}, {"o", &o},
+                                {"dout", &dout}}) {
+    check_bf16("sm90.attn_bwd", name, *t);
+    check_address("sm90.attn_bwd", name, *t);
+  }
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.sizes() == k.sizes() && o.sizes() == q.sizes() &&
+                  dout.sizes() == q.sizes() && k.size(0) == q.size(0) && k.size(2) == q.size(2),
+              "ws1_sm90.attn_bwd: q, o, dout [T, Hq, D] and k, v [T, Hkv, D] expected, got ", q.sizes(), ", ",
+              k.sizes());
+  const int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), d = q.size(2);
+  TORCH_CHECK(ws1::sm90::attn_fwd_supported(static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(d), 64),
+              "ws1_sm90.attn_bwd: head dim 128 and a query group dividing 64 only; got Hq ", hq, ", Hkv ", hkv,
+              ", D ", d);
+  TORCH_CHECK(lse.is_cuda() && lse.scalar_type() == at::kFloat && lse.is_contiguous() && lse.dim() == 2 &&
+                  lse.size(0) == t && lse.size(1) == hq,
+              "ws1_sm90.attn_bwd: lse must be contiguous fp32 [T, Hq]");
+  check_table32("attn_bwd", "key_base", key_base, t);
+  check_table32("attn_bwd", "n_keys", n_keys, t);
+  for (const auto& [name, tb] : {std::pair<const char*, const Tensor*>{"blocks", &blocks}, {"kblocks", &kblocks}}) {
+    TORCH_CHECK(tb->is_cuda() && tb->scalar_type() == at::kInt && tb->dim() == 2 && tb->size(1) == 3 &&
+                    tb->is_contiguous(),
+                "ws1_sm90.attn_bwd: ", name, " must be contiguous int32 [n, 3] on the device");
+  }
+  const c10::cuda::CUDAGuard guard(q.device());
+  Tensor dq = at::empty_like(q);
+  Tensor dk = at::zeros_like(k);
+  Tensor dv = at::zeros_like(v);
+  Tensor delta = at::empty({t, hq}, q.options().dtype(at::kFloat));
+  check_launch("sm90.attn_bwd",
+               ws1::sm90::attn_bwd(bf(q), bf(k), bf(v), bf(o), bf(dout), lse.data_ptr<float>(),
+                                   key_base.data_ptr<int32_t>(), n_keys.data_ptr<int32_t>(),
+                                   blocks.data_ptr<int32_t>(), blocks.size(0), kblocks.data_ptr<int32_t>(),
+                                   kblocks.size(0), delta.data_ptr<float>(), bf_mut(dq), bf_mut(dk), bf_mut(dv), t,
+                                   static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(d),
+                                   static_cast<float>(scale), at::cuda::getCurrentCUDAStream()));
+  return {dq, dk, dv};
+}
+
+std::tuple<Tensor, Tensor, Tensor> attn_bwd_meta(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
+                                                 const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                 const Tensor&, const Tensor&, double) {
+  return {at::empty_like(q), at::empty_like(k), at::empty_like(v)};
+}
+
 std::vector<ws1::binding::AttributeRow> kernel_attributes() {
   constexpr int kCap = 32;
   ws1::KernelInfo infos[kCap];
@@ -300,6 +351,7 @@ std::vector<ws1::binding::AttributeRow> kernel_attributes() {
   n += ws1::sm90::linear_logp_infos(infos + n, kCap - n);
   n += ws1::sm90::wgrad_infos(infos + n, kCap - n);
   n += ws1::sm90::attn_fwd_infos(infos + n, kCap - n);
+  n += ws1::sm90::attn_bwd_infos(infos + n, kCap - n);
   TORCH_CHECK(n < kCap, "ws1_sm90.kernel_attributes: the table of ", kCap, " kernels is full: raise kCap");
   return ws1::binding::attribute_rows(infos, n);
 }
@@ -316,6 +368,9 @@ TORCH_LIBRARY(ws1_sm90, m) {
       "attn_fwd(Tensor q, Tensor k, Tensor v, Tensor key_base, Tensor n_keys, Tensor? blocks, int block_rows, "
       "float scale, int schedule) -> (Tensor, Tensor)");
   m.def(
+      "attn_bwd(Tensor q, Tensor k, Tensor v, Tensor o, Tensor dout, Tensor lse, Tensor key_base, Tensor n_keys, "
+      "Tensor blocks, Tensor kblocks, float scale) -> (Tensor, Tensor, Tensor)");
+  m.def(
       "wgrad(Tensor dy, Tensor x, Tensor table, int n_blocks, Tensor(a!) main_grad, Tensor? dy_lo=None, "
       "int consumers=1, int stage_rows=64) -> ()");
 }
@@ -328,6 +383,7 @@ TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) {
   m.impl("linear_logp_fwd", &linear_logp_fwd);
   m.impl("wgrad", &wgrad);
   m.impl("attn_fwd", &attn_fwd);
+  m.impl("attn_bwd", &attn_bwd);
 }
 
 TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) {
@@ -338,6 +394,7 @@ TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) {
   m.impl("linear_logp_fwd", &linear_logp_fwd_meta);
   m.impl("wgrad", &wgrad_meta);
   m.impl("attn_fwd", &attn_fwd_meta);
+  m.impl("attn_bwd", &attn_bwd_meta);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

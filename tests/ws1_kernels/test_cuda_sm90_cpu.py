@@ -267,3 +267,32 @@ def test_the_hopper_attention_block_sizes_are_the_kernels() -> None:
     assert "!(schedule == 3 && block_rows == 128)" in src
     assert 3 in sm90_att.schedules(64) and 3 not in sm90_att.schedules(128)
     assert sm90_att.FORWARD.tokens(32, 8) == sm90_att.BLOCK_ROWS // 4
+
+
+def test_the_backward_key_blocks_cover_every_samples_keys_from_its_first_row() -> None:
+    from ws1_kernels import LayoutContext
+    from ws1_kernels.cuda_sm90 import attention as sm90_att
+
+    lengths = (70, 5, 64)
+    ids = torch.cat([torch.full((n,), s, dtype=torch.int64) for s, n in enumerate(lengths)])
+    pos = torch.cat([torch.arange(n) for n in lengths])
+    got = sm90_att.key_blocks(LayoutContext(ids, pos), torch.device("cpu")).tolist()
+    assert got == [[0, 70, 0], [0, 70, 1], [70, 5, 0], [75, 64, 0]]
+    # the control: a permuted packing moves each sample's entries with its rows, never splits a block differently
+    perm = (5, 64, 70)
+    ids2 = torch.cat([torch.full((n,), s, dtype=torch.int64) for s, n in enumerate(perm)])
+    pos2 = torch.cat([torch.arange(n) for n in perm])
+    got2 = sm90_att.key_blocks(LayoutContext(ids2, pos2), torch.device("cpu")).tolist()
+    assert sorted((n, kb) for _, n, kb in got2) == sorted((n, kb) for _, n, kb in got) and got2 != got
+
+
+def test_the_hopper_backward_refuses_a_kv_prefix() -> None:
+    from ws1_kernels import LayoutContext
+    from ws1_kernels.cuda_sm90 import attention as sm90_att
+
+    x = torch.zeros(2, 32, 128, dtype=torch.bfloat16)
+    kv = torch.zeros(2, 8, 128, dtype=torch.bfloat16)
+    pre = torch.zeros(3, 8, 128, dtype=torch.bfloat16)
+    ctx = LayoutContext(torch.tensor([0, 0]), torch.tensor([3, 4]), {0: (pre, pre)})
+    with pytest.raises(KernelInputError, match="kv prefix"):
+        sm90_att.hopper_backward(x, kv, kv, x, x, torch.zeros(2, 32), 0.1, ctx)

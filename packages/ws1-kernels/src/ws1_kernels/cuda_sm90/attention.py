@@ -13,13 +13,20 @@ The step path runs the same kernel one token a CTA (``STEP_BLOCK_ROWS``): the ro
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from ..backend import OpEntry
 from ..context import LayoutContext
 from ..cuda import attention as generic
+from ..errors import KernelInputError
 
 KERNEL = "ws1.cuda_sm90.attention.wgmma_fwd"
+#: the Hopper backward (csrc/sm90/attention_bwd_sm90.cu): an op with its GPU tests, not yet the candidate's backward
+BWD_KERNEL = "ws1.cuda_sm90.attention.wgmma_bwd"
+#: keys a key block of the backward's dK/dV CTA (the forward's logical key block)
+KEY_BLOCK = 64
 #: query rows a CTA of the row-block path takes: one consumer warpgroup of 64 (16 tokens x a group of 4). Two
 #: warpgroups of 64 sharing each key block (128) were 2-6% slower on the H200 (ci/attn_sm90_variants.py, 4096-16384
 #: tokens): with 64, two CTAs share an SM and progress independently. Every choice gives the same bits
@@ -53,6 +60,50 @@ FORWARD = generic.TiledForward(
         q, k, v, key_base, n_keys, blocks, BLOCK_ROWS, scale, SCHEDULE
     ),
 )
+
+
+_KBLOCKS: weakref.WeakKeyDictionary[LayoutContext, dict[torch.device, torch.Tensor]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def key_blocks(ctx: LayoutContext, device: torch.device) -> torch.Tensor:
+    """The backward's dK/dV work list, int32 ``[n, 3]``: (the sample's first row, its length, the key block's index
+    in it) for every 64 keys of every sample of a training call (whole samples, no prefix), once per layout and
+    device. A block's keys, and the row blocks that see them, are fixed in the sample's own positions, so the list
+    gives every key the same reduction in any packing."""
+    hit = _KBLOCKS.get(ctx, {}).get(device)
+    if hit is not None:
+        return hit
+    rows = [
+        (seg.start, seg.length, kb)
+        for seg in ctx.segments
+        for kb in range((seg.length + KEY_BLOCK - 1) // KEY_BLOCK)
+    ]
+    out = torch.tensor(rows, dtype=torch.int32).reshape(-1, 3).to(device)
+    _KBLOCKS.setdefault(ctx, {})[device] = out
+    return out
+
+
+def hopper_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    dout: torch.Tensor,
+    lse: torch.Tensor,
+    scale: float,
+    ctx: LayoutContext,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv)`` by the Hopper backward (``ws1_sm90.attn_bwd``) for a training call at 64-row blocks. Not the
+    candidate's backward yet: it has not run on a GPU (its tests are written)."""
+    if any(seg.first_position > 0 for seg in ctx.segments):
+        raise KernelInputError("cuda_bf16_sm90.attention: no backward for a call with a kv prefix")
+    hq, hkv = q.shape[1], k.shape[1]
+    t = generic._tables(ctx, q.shape[0], q.device, 64 // (hq // hkv))
+    return torch.ops.ws1_sm90.attn_bwd(
+        q, k, v, o, dout.contiguous(), lse, t.key_base, t.n_keys, t.blocks, key_blocks(ctx, q.device), scale
+    )
 
 
 def attention(
