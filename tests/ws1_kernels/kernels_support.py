@@ -365,3 +365,40 @@ def sequential_dot(self, a, b, d, input_precision, max_num_imprecise_acc):  # no
     for k in range(ad.shape[-1]):
         acc = acc + ad[..., :, k : k + 1] * bd[..., k : k + 1, :]
     return interp.TensorHandle(acc, d.dtype.scalar)
+
+
+# ---------------------------------------------------------------------------------------- attention on the device
+
+
+def packed_attention_rows(
+    lengths: tuple[int, ...], seed: int, heads: dict[str, int], d: int, device: str, q_scale: float = 2.0
+) -> tuple[LayoutContext, dict[str, torch.Tensor]]:
+    """A packed call of samples of ``lengths`` and its bf16 tensors ``name -> [T, heads[name], d]`` on ``device``
+    (seeded normal values, ``q`` scaled by ``q_scale`` so that the softmax is not flat): the GPU attention tests'
+    one fixture, so each compares its kernels on the same kind of call."""
+    ids = torch.cat([torch.full((n,), s, dtype=torch.int64) for s, n in enumerate(lengths)])
+    pos = torch.cat([torch.arange(n, dtype=torch.int64) for n in lengths])
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, h in heads.items():
+        x = torch.randn((len(ids), h, d), generator=g)
+        out[name] = (x * q_scale if name == "q" else x).to(BF).to(device)
+    return LayoutContext(ids, pos), out
+
+
+def assert_decode_after_prefix(
+    attention, rows: dict[str, torch.Tensor], lengths: tuple[int, ...], scale: float
+):  # type: ignore[no-untyped-def]
+    """Each sample's last token decoded alone through ``attention(q, k, v, scale, ctx)``, its earlier keys as the
+    kv prefix, must give the bits of the same token in the packed call."""
+    ids = torch.cat([torch.full((n,), s, dtype=torch.int64) for s, n in enumerate(lengths)])
+    pos = torch.cat([torch.arange(n, dtype=torch.int64) for n in lengths])
+    packed = attention(rows["q"], rows["k"], rows["v"], scale, LayoutContext(ids, pos))
+    ends = torch.tensor(lengths).cumsum(0) - 1
+    prefix = {
+        s: (rows["k"][e - n + 1 : e], rows["v"][e - n + 1 : e])
+        for s, (e, n) in enumerate(zip(ends.tolist(), lengths, strict=True))
+    }
+    dctx = LayoutContext(torch.arange(len(lengths)), torch.tensor(lengths) - 1, prefix)
+    dec = attention(rows["q"][ends], rows["k"][ends], rows["v"][ends], scale, dctx)
+    assert_bitwise("decode", dec, packed[ends])

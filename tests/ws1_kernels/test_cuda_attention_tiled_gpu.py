@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.needs_build]
 
 skip_module_without_extension()
 
-from kernels_support import assert_bitwise, assert_close  # noqa: E402
+from kernels_support import assert_bitwise, assert_close, assert_decode_after_prefix  # noqa: E402
 
 from ws1_kernels.cuda import attention as att  # noqa: E402
 
@@ -75,16 +75,8 @@ def test_a_short_key_count_changes_the_bits() -> None:
 
 def test_decode_after_a_prefix_gives_the_packed_bits() -> None:
     """Each sample's last token decoded alone, its earlier keys as the kv prefix, through the candidate."""
-    ctx, rows = _packed()
-    packed = att.attention(rows["q"], rows["k"], rows["v"], SCALE, ctx)
-    ends = torch.tensor(LENGTHS).cumsum(0) - 1
-    prefix = {
-        s: (rows["k"][e - n + 1 : e], rows["v"][e - n + 1 : e])
-        for s, (e, n) in enumerate(zip(ends.tolist(), LENGTHS, strict=True))
-    }
-    dctx = LayoutContext(torch.arange(len(LENGTHS)), torch.tensor(LENGTHS) - 1, prefix)
-    dec = att.attention(rows["q"][ends], rows["k"][ends], rows["v"][ends], SCALE, dctx)
-    assert_bitwise("decode", dec, packed[ends])
+    _, rows = _packed()
+    assert_decode_after_prefix(att.attention, rows, LENGTHS, SCALE)
 
 
 def test_the_forward_is_right_against_the_fp32_reference() -> None:

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.needs_build, pytest.mark.sm90]
 
 skip_module_without_hopper()
 
-from kernels_support import assert_bitwise, assert_close  # noqa: E402
+from kernels_support import assert_bitwise, assert_close, packed_attention_rows  # noqa: E402
 
 from ws1_kernels import LayoutContext, reference  # noqa: E402
 from ws1_kernels.cuda import attention as generic  # noqa: E402
@@ -30,17 +30,7 @@ LENGTHS = (1, 15, 16, 17, 63, 64, 65, 200)  # straddle the 16-token row blocks a
 
 
 def _call(lengths: tuple[int, ...], seed: int) -> tuple[LayoutContext, dict[str, torch.Tensor]]:
-    ids = torch.cat([torch.full((n,), s, dtype=torch.int64) for s, n in enumerate(lengths)])
-    pos = torch.cat([torch.arange(n, dtype=torch.int64) for n in lengths])
-    g = torch.Generator().manual_seed(seed)
-    n = len(ids)
-    t = {
-        "q": torch.randn((n, HQ, D), generator=g) * 2,
-        "k": torch.randn((n, HKV, D), generator=g),
-        "v": torch.randn((n, HKV, D), generator=g),
-        "dout": torch.randn((n, HQ, D), generator=g),
-    }
-    return LayoutContext(ids, pos), {k: x.to(torch.bfloat16).to(DEV) for k, x in t.items()}
+    return packed_attention_rows(lengths, seed, {"q": HQ, "k": HKV, "v": HKV, "dout": HQ}, D, DEV)
 
 
 def _forward(t: dict[str, torch.Tensor], ctx: LayoutContext) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,7 +19,12 @@ pytestmark = [pytest.mark.gpu, pytest.mark.needs_build, pytest.mark.sm90]
 
 skip_module_without_hopper()
 
-from kernels_support import assert_bitwise, assert_close  # noqa: E402
+from kernels_support import (  # noqa: E402
+    assert_bitwise,
+    assert_close,
+    assert_decode_after_prefix,
+    packed_attention_rows,
+)
 
 from ws1_kernels import LayoutContext, cuda_sm90, reference  # noqa: E402
 from ws1_kernels.cuda import attention as generic  # noqa: E402
@@ -33,16 +38,7 @@ LENGTHS = (1, 31, 32, 33, 63, 64, 65, 300)  # straddle the 64-key blocks and the
 
 
 def _packed(seed: int = 0) -> tuple[LayoutContext, dict[str, torch.Tensor]]:
-    ids = torch.cat([torch.full((n,), s, dtype=torch.int64) for s, n in enumerate(LENGTHS)])
-    pos = torch.cat([torch.arange(n, dtype=torch.int64) for n in LENGTHS])
-    g = torch.Generator().manual_seed(seed)
-    n = len(ids)
-    rows = {
-        "q": torch.randn((n, HQ, D), generator=g) * 2,
-        "k": torch.randn((n, HKV, D), generator=g),
-        "v": torch.randn((n, HKV, D), generator=g),
-    }
-    return LayoutContext(ids, pos), {k: t.to(torch.bfloat16).to(DEV) for k, t in rows.items()}
+    return packed_attention_rows(LENGTHS, seed, {"q": HQ, "k": HKV, "v": HKV}, D, DEV)
 
 
 def _run(
@@ -146,16 +142,8 @@ def test_the_control_a_key_count_into_the_nan_slots_is_seen() -> None:
 
 def test_decode_after_a_prefix_gives_the_packed_bits() -> None:
     """Each sample's last token decoded alone, its earlier keys as the kv prefix, through the candidate."""
-    ctx, rows = _packed()
-    packed = att.attention(rows["q"], rows["k"], rows["v"], SCALE, ctx)
-    ends = torch.tensor(LENGTHS).cumsum(0) - 1
-    prefix = {
-        s: (rows["k"][e - n + 1 : e], rows["v"][e - n + 1 : e])
-        for s, (e, n) in enumerate(zip(ends.tolist(), LENGTHS, strict=True))
-    }
-    dctx = LayoutContext(torch.arange(len(LENGTHS)), torch.tensor(LENGTHS) - 1, prefix)
-    dec = att.attention(rows["q"][ends], rows["k"][ends], rows["v"][ends], SCALE, dctx)
-    assert_bitwise("decode", dec, packed[ends])
+    _, rows = _packed()
+    assert_decode_after_prefix(att.attention, rows, LENGTHS, SCALE)
 
 
 def test_the_step_op_gives_the_candidates_bits() -> None:
