@@ -532,7 +532,7 @@ def _gpu_session(session: nox.Session, name: str) -> None:
                     name=f"pytest -m '{marker}'", log=logs / f"pytest-{_slug(marker)}.log", after=after,
                     env={**env, "PYTHONPATH": inherited, "WS1_COLLECT_WITHOUT_BUILD": "1"} if without_build else env,
                     cmd=[sys.executable, "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider", "-rfE",
-                         "--durations=15"],
+                         "--durations=40"],
                 )
             )  # fmt: skip
     runner.poll()  # the tests that need no build start now, beside the builds
