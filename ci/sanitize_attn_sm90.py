@@ -3,6 +3,7 @@ call in each schedule and CTA shape (128-row blocks on two warpgroups, one token
 straddle the 64-key blocks, so the last key block of a sample is partial (its value rows zeroed in shared memory)
 and the last sample's box runs past the tensor (TMA's zero fill). It needs the Hopper module (`ws1_cuda_sm90_ext`)
 on the path and an sm_90 device; exit 0 when every call returned finite values, else one line and exit 1. Then one
+backward (`ws1_sm90.attn_bwd`: delta, dQ, dV, dK) over the same samples. Then one
 backward (`ws1_sm90.attn_bwd`: delta, dQ, dV, dK) over the same samples.
 
     compute-sanitizer --tool racecheck --error-exitcode 1 python ci/sanitize_attn_sm90.py
@@ -31,8 +32,10 @@ def main() -> int:
     q = torch.randn(n, HQ, D, device="cuda").to(torch.bfloat16)
     k = torch.randn(n, HKV, D, device="cuda").to(torch.bfloat16)
     v = torch.randn(n, HKV, D, device="cuda").to(torch.bfloat16)
+    from ws1_kernels.cuda_sm90 import attention as sm90_att
+
     for schedule, block_rows, per_row in (
-        (s, r, p) for s in (0, 1, 2, 3) for r, p in ((128, False), (64, True))
+        (s, r, p) for r, p in ((128, False), (64, True)) for s in sm90_att.schedules(r)
     ):
         t = generic._tables(ctx, n, q.device, block_rows // (HQ // HKV))
         blocks = None if per_row else t.blocks
@@ -46,6 +49,17 @@ def main() -> int:
         print(
             f"schedule {schedule} block_rows {block_rows} ({'one token a CTA' if per_row else 'row blocks'}): ok"
         )
+    # the backward (ws1_sm90.attn_bwd): delta, dQ, dV and dK over the same samples
+    t = generic._tables(ctx, n, q.device, 64 // (HQ // HKV))
+    o, lse = torch.ops.ws1_sm90.attn_fwd(
+        q, k, v, t.key_base, t.n_keys, t.blocks, 64, D**-0.5, sm90_att.SCHEDULE
+    )
+    grads = sm90_att.hopper_backward(q, k, v, o, torch.randn_like(o), lse, D**-0.5, ctx)
+    torch.cuda.synchronize()
+    if not all(bool(torch.isfinite(g).all()) for g in grads):
+        print("sanitize_attn_sm90: the backward: a non-finite gradient")
+        return 1
+    print("backward: ok")
     return 0
 
 

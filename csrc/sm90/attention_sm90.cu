@@ -92,7 +92,9 @@ using Empty = cutlass::arch::ClusterBarrier;
 // rows), or null: one token a CTA, its key count its own
 // Registers are capped by __maxnreg__, not launch bounds: bounds of 288 threads left the Q-in-registers kernel 168
 // registers, and its wgmma serialised and spilled; 208 x 288 threads still fit the register file.
-template <int W, int kStages, bool kOverlap, bool kQRegs>
+// kLoop: 0 the plain loop, 1 the overlapped loop, 2 the overlapped loop with the two warpgroups taking turns to
+// issue their MMAs (ping-pong: one's softmax runs under the other's GEMMs; W = 2 only)
+template <int W, int kStages, int kLoop, bool kQRegs>
 __global__ void __maxnreg__(kQRegs ? 208 : 168)
     ws1_sm90_attn_fwd(CUTLASS_GRID_CONSTANT typename Cfg<W, kStages, kQRegs>::Tma const tma_k,
                       CUTLASS_GRID_CONSTANT typename Cfg<W, kStages, kQRegs>::Tma const tma_v, const bf16* __restrict__ q,
@@ -100,6 +102,9 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
                       const int32_t* __restrict__ blocks, bf16* __restrict__ o, float* __restrict__ lse, int kv_rows,
                       int hq, int hkv, float scale_log2) {
   using C = Cfg<W, kStages, kQRegs>;
+  constexpr bool kOverlap = kLoop >= 1;
+  constexpr bool kPingPong = kLoop == 2;
+  static_assert(!kPingPong || W == 2, "ping-pong needs two consumer warpgroups");
   extern __shared__ __align__(1024) char smem_raw[];
   auto& smem = *reinterpret_cast<typename C::SharedStorage*>(smem_raw);
   Tensor sK = make_tensor(make_smem_ptr(smem.k.begin()), SmemKV<kStages>{});
@@ -300,11 +305,42 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
   // Both schedules do, per row and block, the same operations in the same order: S, the softmax, O *= alpha,
   // O += P V. The overlapped one issues block kb's S and block kb - 1's P V together and runs kb's softmax while
   // that P V runs; the rescale waits for it. So they give the same bits (a GPU test compares them).
+  // Ping-pong turns (named barriers 4 and 5, 256 threads: one warpgroup's arrivals and the other's sync): a
+  // warpgroup waits for its turn before each MMA issue and hands the turn over after it. Each issues n_kb + 1
+  // times; warpgroup 0 hands over after every issue, warpgroup 1 once before its first and after every issue but
+  // its last, so both barriers see as many arrivals as syncs and none is left pending. The turns order issues
+  // only: each warpgroup's operations on its rows, and so the bits, are those of the overlapped loop.
+  int issues_left = n_kb + 1;
+  auto take_turn = [&]() {
+    if constexpr (kPingPong) {
+      if (wg == 0) {
+        cutlass::arch::NamedBarrier::sync(256, 4);
+      } else {
+        cutlass::arch::NamedBarrier::sync(256, 5);
+      }
+    }
+  };
+  auto pass_turn = [&]() {
+    if constexpr (kPingPong) {
+      --issues_left;
+      if (wg == 0) {
+        cutlass::arch::NamedBarrier::arrive(256, 5);
+      } else if (issues_left > 0) {
+        cutlass::arch::NamedBarrier::arrive(256, 4);
+      }
+    }
+  };
+  if constexpr (kPingPong) {
+    if (wg == 1 && n_kb > 0) cutlass::arch::NamedBarrier::arrive(256, 4);  // warpgroup 0 goes first
+  }
+
   if constexpr (kOverlap) {
     if (n_kb > 0) {
       Full::wait(&smem.full[0], 0);
       zero_tail(0, 0);
+      take_turn();
       issue_s(0);
+      pass_turn();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
       float alpha[2];
@@ -315,8 +351,10 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
       const int slot = kb % kStages, prev = (kb - 1) % kStages;
       Full::wait(&smem.full[slot], (kb / kStages) & 1);
       zero_tail(kb, slot);
+      take_turn();
       issue_s(slot);
       issue_pv(prev);
+      pass_turn();
       warpgroup_wait<1>();  // S done; the previous block's P V may still run
       warpgroup_fence_operand(tSrS);
       float alpha[2];
@@ -328,7 +366,9 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
     }
     if (n_kb > 0) {
       const int last = (n_kb - 1) % kStages;
+      take_turn();
       issue_pv(last);
+      pass_turn();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       Empty::arrive(&smem.empty[last]);
@@ -368,14 +408,14 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
   }
 }
 
-template <int W, int kStages, bool kOverlap, bool kQRegs>
+template <int W, int kStages, int kLoop, bool kQRegs>
 cudaError_t launch(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,
                    const int32_t* blocks, int n_blocks, int kv_rows, bf16* o, float* lse, int hq, int hkv,
                    float scale, int device, cudaStream_t stream) {
   using C = Cfg<W, kStages, kQRegs>;
   const typename C::Tma tk = kv_tma<kStages>(k, kv_rows, hkv);
   const typename C::Tma tv = kv_tma<kStages>(v, kv_rows, hkv);
-  auto* kernel = &ws1_sm90_attn_fwd<W, kStages, kOverlap, kQRegs>;
+  auto* kernel = &ws1_sm90_attn_fwd<W, kStages, kLoop, kQRegs>;
   constexpr int kSmem = static_cast<int>(sizeof(typename C::SharedStorage));
   // The attributes belong to the device's context: set once per device (a bit per device below 32), not per call,
   // since the step path calls this 36 times a decode step and each set costs host time. A race sets them twice,
@@ -409,8 +449,10 @@ bool attn_fwd_supported(int hq, int hkv, int d, int block_rows) {
 // Schedule 3 keeps Q in registers: about 200 registers a thread. A CTA's warps are dealt to the SM's four
 // sub-partitions, each with 16384 registers: the 9 warps of a two-warpgroup CTA put 3 on one (3 x 32 x 200 > 16384),
 // so that launch fails ("too many resources requested", seen on an H100); one warpgroup (5 warps) fits.
+// Schedule 4 (ping-pong) takes turns between two warpgroups, so it needs 128-row blocks.
 bool attn_fwd_schedule_ok(int block_rows, int schedule) {
-  return schedule >= 0 && schedule < kSchedules && !(schedule == 3 && block_rows == 128);
+  return schedule >= 0 && schedule < kSchedules && !(schedule == 3 && block_rows == 128) &&
+         !(schedule == 4 && block_rows == 64);
 }
 
 cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,
@@ -427,14 +469,16 @@ cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t*
 #define WS1_ATTN_LAUNCH(W, S, O, R) \
   launch<W, S, O, R>(q, k, v, key_base, n_keys, blocks, nb, kr, o, lse, hq, hkv, scale, device, stream)
   switch (schedule * 2 + (block_rows == 128 ? 1 : 0)) {
-    case 0: return WS1_ATTN_LAUNCH(1, 2, false, false);
-    case 1: return WS1_ATTN_LAUNCH(2, 2, false, false);
-    case 2: return WS1_ATTN_LAUNCH(1, 2, true, false);
-    case 3: return WS1_ATTN_LAUNCH(2, 2, true, false);
-    case 4: return WS1_ATTN_LAUNCH(1, 3, true, false);
-    case 5: return WS1_ATTN_LAUNCH(2, 3, true, false);
-    case 6: return WS1_ATTN_LAUNCH(1, 2, true, true);
-    // no case 7: two warpgroups with Q in registers (about 200 registers a thread) do not fit (attn_fwd_supported)
+    case 0: return WS1_ATTN_LAUNCH(1, 2, 0, false);
+    case 1: return WS1_ATTN_LAUNCH(2, 2, 0, false);
+    case 2: return WS1_ATTN_LAUNCH(1, 2, 1, false);
+    case 3: return WS1_ATTN_LAUNCH(2, 2, 1, false);
+    case 4: return WS1_ATTN_LAUNCH(1, 3, 1, false);
+    case 5: return WS1_ATTN_LAUNCH(2, 3, 1, false);
+    case 6: return WS1_ATTN_LAUNCH(1, 2, 1, true);
+    // no case 7: two warpgroups with Q in registers (about 200 registers a thread) do not fit; no case 8: ping-pong
+    // needs two warpgroups (attn_fwd_schedule_ok)
+    case 9: return WS1_ATTN_LAUNCH(2, 2, 2, false);
     default: return cudaErrorInvalidValue;
   }
 #undef WS1_ATTN_LAUNCH
@@ -442,18 +486,19 @@ cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t*
 
 int attn_fwd_infos(KernelInfo* out, int cap) {
   using namespace attn_detail;
-  const void* fns[] = {reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, false, false>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, false, false>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, true, false>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, true, false>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 3, true, false>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 3, true, false>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, true, true>)};
+  const void* fns[] = {reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, 0, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, 0, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, 1, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, 1, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 3, 1, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 3, 1, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, 1, true>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, 2, false>)};
   const char* names[] = {"ws1_sm90_attn_fwd_64",          "ws1_sm90_attn_fwd_128",
                          "ws1_sm90_attn_fwd_64_overlap",  "ws1_sm90_attn_fwd_128_overlap",
                          "ws1_sm90_attn_fwd_64_overlap3", "ws1_sm90_attn_fwd_128_overlap3",
-                         "ws1_sm90_attn_fwd_64_qregs"};
-  return fill_kernel_infos(out, cap, fns, names, 7);
+                         "ws1_sm90_attn_fwd_64_qregs",    "ws1_sm90_attn_fwd_128_pingpong"};
+  return fill_kernel_infos(out, cap, fns, names, 8);
 }
 
 }  // namespace ws1::sm90

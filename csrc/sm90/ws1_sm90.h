@@ -91,9 +91,10 @@ int logp_kernel_infos(KernelInfo* out, int cap);
 // (first row, tokens, key count), at most block_rows / (hq / hkv) tokens each; or null, one token a CTA (n_blocks =
 // T). block_rows 128 runs two consumer warpgroups a CTA, 64 one. schedule: 0 the plain loop on a 2-slot ring, 1 the
 // overlapped loop (block kb's S issued with block kb - 1's P V) on 2 slots, 2 the same on 3, 3 the overlapped loop
-// on 2 slots with Q in registers (S's A operand; 64-row blocks only: attn_fwd_schedule_ok). Every choice gives a row
+// on 2 slots with Q in registers (S's A operand; 64-row blocks only), 4 the overlapped loop on 2 slots with the two
+// warpgroups taking turns to issue (ping-pong; 128-row blocks only): attn_fwd_schedule_ok. Every choice gives a row
 // the same bits.
-constexpr int kSchedules = 4;
+constexpr int kSchedules = 5;
 bool attn_fwd_supported(int hq, int hkv, int d, int block_rows);
 bool attn_fwd_schedule_ok(int block_rows, int schedule);
 cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,

@@ -259,7 +259,8 @@ std::tuple<Tensor, Tensor> attn_fwd(const Tensor& q, const Tensor& k, const Tens
   TORCH_CHECK(0 <= schedule && schedule < ws1::sm90::kSchedules, "ws1_sm90.attn_fwd: schedule must be in [0, ",
               ws1::sm90::kSchedules, "), got ", schedule);
   TORCH_CHECK(ws1::sm90::attn_fwd_schedule_ok(static_cast<int>(block_rows), static_cast<int>(schedule)),
-              "ws1_sm90.attn_fwd: schedule ", schedule, " (Q in registers) takes 64-row blocks only, got ", block_rows);
+              "ws1_sm90.attn_fwd: schedule ", schedule, " does not take ", block_rows,
+              "-row blocks (3, Q in registers: 64 only; 4, ping-pong: 128 only)");
   check_table32("attn_fwd", "key_base", key_base, q.size(0));
   check_table32("attn_fwd", "n_keys", n_keys, q.size(0));
   int64_t n_blocks = q.size(0);

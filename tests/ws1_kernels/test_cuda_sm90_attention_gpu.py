@@ -71,9 +71,8 @@ def _run(
 
 def test_the_extension_lists_every_variant_without_spills() -> None:
     found = {r["name"]: r for r in cuda_sm90.kernel_attributes()}
-    for name in (
-        f"ws1_sm90_attn_fwd_{r}{s}" for r in (64, 128) for s in ("", "_overlap", "_overlap3", "_qregs")
-    ):
+    names = [f"ws1_sm90_attn_fwd_{r}{s}" for r in (64, 128) for s in ("", "_overlap", "_overlap3")]
+    for name in [*names, "ws1_sm90_attn_fwd_64_qregs", "ws1_sm90_attn_fwd_128_pingpong"]:
         assert name in found, sorted(found)
         assert found[name]["local_bytes"] == 0 and not found[name]["error"], found[name]
 
@@ -86,14 +85,26 @@ def test_a_row_gets_the_same_bits_in_a_row_block_and_alone(block_rows: int) -> N
     assert_bitwise(f"{block_rows}-row blocks", _run(rows, ctx, block_rows), _run(rows, ctx, None))
 
 
-@pytest.mark.parametrize("block_rows", [64, 128, None])
-@pytest.mark.parametrize("schedule", [s for s in att.SCHEDULES if s != att.SCHEDULE])
+@pytest.mark.parametrize(
+    ("schedule", "block_rows"),
+    [(s, r) for r in (64, 128, None) for s in att.schedules(r or 64)],
+)
 def test_every_schedule_gives_the_wired_ones_bits(schedule: int, block_rows: int | None) -> None:
-    """The plain and the overlapped loops, on 2 or 3 slots, do the same operations per row in the same order."""
+    """The plain and the overlapped loops, on 2 or 3 slots, with Q in shared memory or in registers, with or
+    without ping-pong, do the same operations per row in the same order: each gives the bits of the wired schedule
+    at 64-row blocks."""
     ctx, rows = _packed()
-    assert_bitwise(
-        f"schedule {schedule}", _run(rows, ctx, block_rows, schedule=schedule), _run(rows, ctx, block_rows)
-    )
+    want = _run(rows, ctx, 64, schedule=att.SCHEDULE)
+    assert_bitwise(f"schedule {schedule}", _run(rows, ctx, block_rows, schedule=schedule), want)
+
+
+@pytest.mark.parametrize(("schedule", "block_rows"), [(3, 128), (4, 64)])
+def test_a_schedule_refuses_the_block_size_it_cannot_take(schedule: int, block_rows: int) -> None:
+    """Q in registers at two warpgroups does not fit an SM's sub-partitions, and ping-pong needs two warpgroups: a
+    clear error, not a failed launch."""
+    ctx, rows = _packed()
+    with pytest.raises(RuntimeError, match="does not take"):
+        _run(rows, ctx, block_rows, schedule=schedule)
 
 
 def test_a_short_key_count_changes_the_bits() -> None:
@@ -115,7 +126,7 @@ def _with_nan_tail(rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.T
     return torch.cat([rows["k"], nan]), torch.cat([rows["v"], nan])
 
 
-@pytest.mark.parametrize("schedule", att.schedules(64))
+@pytest.mark.parametrize("schedule", att.SCHEDULES)
 def test_nan_slots_past_a_rows_keys_never_reach_it(schedule: int) -> None:
     """A cache's stale slots can hold anything: a box past the last sample's keys reads NaN rows, and the row's
     bits must be those of the call without them."""

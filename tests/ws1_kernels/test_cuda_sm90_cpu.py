@@ -264,8 +264,9 @@ def test_the_hopper_attention_block_sizes_are_the_kernels() -> None:
     assert m is not None and tuple(range(int(m.group(1)))) == sm90_att.SCHEDULES
     assert sm90_att.SCHEDULE in sm90_att.schedules(sm90_att.BLOCK_ROWS)
     # Q in registers at two warpgroups is refused by the kernel's own check, and Python never asks for it
-    assert "!(schedule == 3 && block_rows == 128)" in src
+    assert "!(schedule == 3 && block_rows == 128)" in src and "!(schedule == 4 && block_rows == 64)" in src
     assert 3 in sm90_att.schedules(64) and 3 not in sm90_att.schedules(128)
+    assert 4 in sm90_att.schedules(128) and 4 not in sm90_att.schedules(64)
     assert sm90_att.FORWARD.tokens(32, 8) == sm90_att.BLOCK_ROWS // 4
 
 
