@@ -35,6 +35,9 @@ HQ, HKV, D = 32, 8, 128
 GROUP = HQ // HKV
 SCALE = D**-0.5
 LENGTHS = (1, 31, 32, 33, 63, 64, 65, 300)  # straddle the 64-key blocks and the 16- and 32-token row blocks
+#: ping-pong's tests are test_cuda_sm90_attention_pingpong_gpu.py's, run last: a fault in its barrier turns would
+#: hang rather than fail, and must not hold up these
+PING_PONG = 4
 
 
 def _packed(seed: int = 0) -> tuple[LayoutContext, dict[str, torch.Tensor]]:
@@ -87,7 +90,7 @@ def test_a_row_gets_the_same_bits_in_a_row_block_and_alone(block_rows: int) -> N
 
 @pytest.mark.parametrize(
     ("schedule", "block_rows"),
-    [(s, r) for r in (64, 128, None) for s in att.schedules(r or 64)],
+    [(s, r) for r in (64, 128, None) for s in att.schedules(r or 64) if s != PING_PONG],
 )
 def test_every_schedule_gives_the_wired_ones_bits(schedule: int, block_rows: int | None) -> None:
     """The plain and the overlapped loops, on 2 or 3 slots, with Q in shared memory or in registers, with or
@@ -126,7 +129,7 @@ def _with_nan_tail(rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.T
     return torch.cat([rows["k"], nan]), torch.cat([rows["v"], nan])
 
 
-@pytest.mark.parametrize("schedule", att.SCHEDULES)
+@pytest.mark.parametrize("schedule", [s for s in att.SCHEDULES if s != PING_PONG])
 def test_nan_slots_past_a_rows_keys_never_reach_it(schedule: int) -> None:
     """A cache's stale slots can hold anything: a box past the last sample's keys reads NaN rows, and the row's
     bits must be those of the call without them."""
