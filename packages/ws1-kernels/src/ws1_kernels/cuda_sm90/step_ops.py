@@ -22,13 +22,11 @@ def _attention(
     n_keys: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    if supports(
-        q.shape[1], k.shape[1], q.shape[2]
-    ):  # the candidate's choice; one token a CTA (no host table)
-        return torch.ops.ws1_sm90.attn_fwd(q, k, v, key_base, n_keys, None, STEP_BLOCK_ROWS, scale, SCHEDULE)[
-            0
-        ]
-    return GENERIC.attention(q, k, v, key_base, n_keys, scale)
+    # the candidate's choice of kernel for these widths; one token a CTA (no host table)
+    if not supports(q.shape[1], k.shape[1], q.shape[2]):
+        return GENERIC.attention(q, k, v, key_base, n_keys, scale)
+    o, _ = torch.ops.ws1_sm90.attn_fwd(q, k, v, key_base, n_keys, None, STEP_BLOCK_ROWS, scale, SCHEDULE)
+    return o
 
 
 STEP_OPS = dataclasses.replace(
