@@ -161,9 +161,11 @@ for s in "$@"; do
             step attn90-variants "${ATTN90_VARIANTS_LIMIT:-120}" env PYTHONPATH="$hp" python3 ci/attn_sm90_variants.py \
               --tokens 4096 --tokens 8192 --tokens 16384 --seq 4096 --backward --out "$ev/attn90-variants.json"
             step attn90-ncu "${NCU_LIMIT:-90}" env PYTHONPATH="$hp" ncu --clock-control none --section SpeedOfLight \
-              --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy -k regex:ws1_sm90_attn_fwd \
-              --launch-skip 3 --launch-count 1 python3 ci/attn_sm90_variants.py --variant "${ATTN90_NCU_VARIANT:-64:1}" \
-              --no-sdpa --tokens 16384 --reps 2 --warmup 2 --out "$ev/attn90-ncu-variant.json"
+              --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+              -k "regex:${ATTN90_NCU_KERNELS:-ws1_sm90_attn_fwd}" --launch-skip "${ATTN90_NCU_SKIP:-3}" \
+              --launch-count "${ATTN90_NCU_COUNT:-1}" python3 ci/attn_sm90_variants.py --variant \
+              "${ATTN90_NCU_VARIANT:-64:1}" --no-sdpa --tokens 16384 --reps 2 --warmup 2 ${ATTN90_NCU_BACKWARD:+--backward} \
+              --out "$ev/attn90-ncu-variant.json"
             for tool in memcheck racecheck; do
               step "attn90-$tool" "${HOPPER_SANITIZE_LIMIT:-120}" env PYTHONPATH="$hp" compute-sanitizer --tool "$tool" \
                 --error-exitcode 1 python3 ci/sanitize_attn_sm90.py

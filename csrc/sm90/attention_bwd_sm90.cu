@@ -33,8 +33,13 @@ using MmaRS = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_RS<GMMA::Major:
 // an m64n64 accumulator's values as the A fragments of four 16-wide k-steps (the forward's P)
 using FragA = Layout<Shape<Shape<_2, _2, _2>, _1, _4>, Stride<Stride<_1, _2, _4>, _0, _8>>;
 
+// The streamed tiles come in two slots: the next block's copies are in flight while the tensor cores work on this
+// one. dQ: Q and dO stay, K and V stream (t[0], t[1], then slot s's K and V at t[2 + 2 s], t[3 + 2 s]). dK/dV: K
+// and V stay, each row block's Q and dO stream likewise, with its rows' lse and delta beside them.
 struct BwdSmem {
-  alignas(1024) ArrayEngine<Element, cosize_v<SmemQ>> t[4];  // four 64 x 128 tiles
+  alignas(1024) ArrayEngine<Element, cosize_v<SmemQ>> t[6];  // six 64 x 128 tiles
+  float lse[2][kWgRows];                                     // dK/dV: slot s's rows' lse (natural log)
+  float delta[2][kWgRows];                                   // and their delta
 };
 constexpr int kBwdSmem = static_cast<int>(sizeof(BwdSmem));
 
@@ -54,24 +59,36 @@ __device__ __forceinline__ void ss_gemm(MmaSS& mma, TA const& a, TB const& b, TC
   warpgroup_fence_operand(c);
 }
 
-// c += a b over 64 (4 k-steps), a from registers, waited for
+// c += hi b + lo b over 64 (4 k-steps each, hi's first), hi and lo from registers, waited for. hi + lo is the fp32
+// probability or dS to about 2^-17 relative, so the gradient GEMMs lose no more than fp32 operands would; bf16 alone
+// (the usual flash backward) put a few dQ elements past the contract's gradient tolerance where dS cancels
 template <class TA, class TB, class TC>
-__device__ __forceinline__ void rs_gemm(MmaRS& mma, TA& a, TB const& b, TC& c) {
-  warpgroup_fence_operand(a);
+__device__ __forceinline__ void rs_gemm2(MmaRS& mma, TA& hi, TA& lo, TB const& b, TC& c) {
+  warpgroup_fence_operand(hi);
+  warpgroup_fence_operand(lo);
   warpgroup_fence_operand(c);
   warpgroup_arrive();
 #pragma unroll
-  for (int ks = 0; ks < size<2>(a); ++ks) gemm(mma, a(_, _, ks), b(_, _, ks), c);
+  for (int ks = 0; ks < size<2>(hi); ++ks) gemm(mma, hi(_, _, ks), b(_, _, ks), c);
+#pragma unroll
+  for (int ks = 0; ks < size<2>(lo); ++ks) gemm(mma, lo(_, _, ks), b(_, _, ks), c);
   warpgroup_commit_batch();
   warpgroup_wait<0>();
   warpgroup_fence_operand(c);
 }
 
+// hi = bf16(acc), lo = bf16(acc - hi), value by value in the accumulator's order (an A fragment's)
 template <class TF, class TA>
-__device__ __forceinline__ void pack_frag(TF& frag, TA const& acc) {
-  uint32_t* p32 = reinterpret_cast<uint32_t*>(raw_pointer_cast(frag.data()));
+__device__ __forceinline__ void split_frag(TF& hi, TF& lo, TA const& acc) {
+  uint32_t* h32 = reinterpret_cast<uint32_t*>(raw_pointer_cast(hi.data()));
+  uint32_t* l32 = reinterpret_cast<uint32_t*>(raw_pointer_cast(lo.data()));
 #pragma unroll
-  for (int i = 0; i < 16; ++i) p32[i] = pack2(acc(2 * i), acc(2 * i + 1));
+  for (int i = 0; i < 16; ++i) {
+    const float a = acc(2 * i), b = acc(2 * i + 1);
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    h32[i] = *reinterpret_cast<const uint32_t*>(&h);
+    l32[i] = pack2(a - __low2float(h), b - __high2float(h));
+  }
 }
 
 __global__ void __launch_bounds__(256)
@@ -90,7 +107,8 @@ __global__ void __launch_bounds__(256)
   if (lane == 0) delta[row] = s;
 }
 
-// dQ for one row block (blocks: the forward's table with 64 / G tokens a block)
+// dQ for one row block (blocks: the forward's table with 64 / G tokens a block), the table walked from its end (the
+// blocks that see the most keys come last in a sample, so they start first)
 __global__ void __launch_bounds__(128)
     ws1_sm90_attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                          const bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
@@ -101,12 +119,10 @@ __global__ void __launch_bounds__(128)
   auto& smem = *reinterpret_cast<BwdSmem*>(smem_raw);
   Tensor sQ = make_tensor(make_smem_ptr(smem.t[0].begin()), SmemQ{});
   Tensor sdO = make_tensor(make_smem_ptr(smem.t[1].begin()), SmemQ{});
-  Tensor sK = make_tensor(make_smem_ptr(smem.t[2].begin()), SmemQ{});
-  Tensor sV = make_tensor(make_smem_ptr(smem.t[3].begin()), SmemQ{});
-  Tensor sKt = make_tensor(make_smem_ptr(smem.t[2].begin()), SmemQt{});
 
   const int g = static_cast<int>(blockIdx.y), group = hq / hkv, tid = threadIdx.x;
-  const int t0 = blocks[3 * blockIdx.x], tokens = blocks[3 * blockIdx.x + 1], key_count = blocks[3 * blockIdx.x + 2];
+  const int bi = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  const int t0 = blocks[3 * bi], tokens = blocks[3 * bi + 1], key_count = blocks[3 * bi + 2];
   const int base = tokens > 0 ? key_base[t0] : 0;
   const int lane = tid % 32, quad = lane / 4, pair = (lane % 4) * 2;
 
@@ -116,8 +132,24 @@ __global__ void __launch_bounds__(128)
                                 : nullptr;
     };
   };
-  load_rows(sQ, row_ptr(q), tid);
-  load_rows(sdO, row_ptr(dout), tid);
+  auto key_ptr = [&](const bf16* x, int kb) {
+    return [=](int j) -> const bf16* {
+      return kb * kKeys + j < key_count ? x + ((static_cast<int64_t>(base) + kb * kKeys + j) * hkv + g) * kD
+                                        : nullptr;
+    };
+  };
+  auto issue_keys = [&](int kb) {
+    const int slot = kb & 1;
+    Tensor sK = make_tensor(make_smem_ptr(smem.t[2 + 2 * slot].begin()), SmemQ{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.t[3 + 2 * slot].begin()), SmemQ{});
+    load_rows_async(sK, key_ptr(k, kb), k, tid);
+    load_rows_async(sV, key_ptr(v, kb), v, tid);
+  };
+  const int n_kb = (key_count + kKeys - 1) / kKeys;
+  load_rows_async(sQ, row_ptr(q), q, tid);
+  load_rows_async(sdO, row_ptr(dout), dout, tid);
+  if (n_kb > 0) issue_keys(0);
+  cp_async_commit();
 
   int row_t[2], row_h[2], row_n[2];
   bool row_ok[2];
@@ -139,29 +171,27 @@ __global__ void __launch_bounds__(128)
   auto thr_s = mma_s.get_thread_slice(tid);
   auto thr_q = mma_q.get_thread_slice(tid);
   Tensor tQ = thr_s.make_fragment_A(thr_s.partition_A(sQ));
-  Tensor tK = thr_s.make_fragment_B(thr_s.partition_B(sK));
   Tensor tdO = thr_s.make_fragment_A(thr_s.partition_A(sdO));
-  Tensor tV = thr_s.make_fragment_B(thr_s.partition_B(sV));
-  Tensor tKt = thr_q.make_fragment_B(thr_q.partition_B(sKt));
   Tensor accS = partition_fragment_C(mma_s, Shape<Int<kWgRows>, Int<kKeys>>{});
   Tensor accP = partition_fragment_C(mma_s, Shape<Int<kWgRows>, Int<kKeys>>{});
   Tensor accQ = partition_fragment_C(mma_q, Shape<Int<kWgRows>, Int<kD>>{});
-  Tensor frag = make_tensor<Element>(FragA{});
+  Tensor hi = make_tensor<Element>(FragA{});
+  Tensor lo = make_tensor<Element>(FragA{});
   clear(accQ);
 
-  const int n_kb = (key_count + kKeys - 1) / kKeys;
   for (int kb = 0; kb < n_kb; ++kb) {
-    __syncthreads();  // the previous block's MMAs (waited for) are done reading the key tiles
-    auto key_ptr = [&](const bf16* x) {
-      return [=](int j) -> const bf16* {
-        return kb * kKeys + j < key_count ? x + ((static_cast<int64_t>(base) + kb * kKeys + j) * hkv + g) * kD
-                                          : nullptr;
-      };
-    };
-    load_rows(sK, key_ptr(k), tid);
-    load_rows(sV, key_ptr(v), tid);
+    if (kb + 1 < n_kb) issue_keys(kb + 1);  // into the slot block kb - 1 read (all done: the barrier below)
+    cp_async_commit();
+    cp_async_wait<1>();  // block kb's copies (and Q, dO) have landed
     cutlass::arch::fence_view_async_shared();
     __syncthreads();
+    const int slot = kb & 1;
+    Tensor sK = make_tensor(make_smem_ptr(smem.t[2 + 2 * slot].begin()), SmemQ{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.t[3 + 2 * slot].begin()), SmemQ{});
+    Tensor sKt = make_tensor(make_smem_ptr(smem.t[2 + 2 * slot].begin()), SmemQt{});
+    Tensor tK = thr_s.make_fragment_B(thr_s.partition_B(sK));
+    Tensor tV = thr_s.make_fragment_B(thr_s.partition_B(sV));
+    Tensor tKt = thr_q.make_fragment_B(thr_q.partition_B(sKt));
     ss_gemm(mma_s, tQ, tK, accS);
     ss_gemm(mma_s, tdO, tV, accP);
     // value i: row quad + 8 ((i / 2) % 2), key pair + (i % 2) + 8 (i / 4)
@@ -172,9 +202,11 @@ __global__ void __launch_bounds__(128)
       const float p = vis ? exp2f(accS(i) * scale_log2 - lse2[h]) : 0.0f;
       accS(i) = vis ? p * (accP(i) - dl[h]) : 0.0f;
     }
-    pack_frag(frag, accS);
-    rs_gemm(mma_q, frag, tKt, accQ);
+    split_frag(hi, lo, accS);
+    rs_gemm2(mma_q, hi, lo, tKt, accQ);
+    __syncthreads();  // every warp's MMAs on this slot are done before the next iteration refills it
   }
+  cp_async_wait<0>();
 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -200,10 +232,6 @@ __global__ void __launch_bounds__(128)
   auto& smem = *reinterpret_cast<BwdSmem*>(smem_raw);
   Tensor sK = make_tensor(make_smem_ptr(smem.t[0].begin()), SmemQ{});
   Tensor sV = make_tensor(make_smem_ptr(smem.t[1].begin()), SmemQ{});
-  Tensor sQ = make_tensor(make_smem_ptr(smem.t[2].begin()), SmemQ{});
-  Tensor sdO = make_tensor(make_smem_ptr(smem.t[3].begin()), SmemQ{});
-  Tensor sQt = make_tensor(make_smem_ptr(smem.t[2].begin()), SmemQt{});
-  Tensor sdOt = make_tensor(make_smem_ptr(smem.t[3].begin()), SmemQt{});
 
   const int g = static_cast<int>(blockIdx.y), group = hq / hkv, tid = threadIdx.x;
   const int s0 = kblocks[3 * blockIdx.x], len = kblocks[3 * blockIdx.x + 1], kb = kblocks[3 * blockIdx.x + 2];
@@ -215,8 +243,34 @@ __global__ void __launch_bounds__(128)
       return kb * kKeys + j < len ? x + ((static_cast<int64_t>(s0) + kb * kKeys + j) * hkv + g) * kD : nullptr;
     };
   };
-  load_rows(sK, key_ptr(k), tid);
-  if constexpr (kDK) load_rows(sV, key_ptr(v), tid);
+  // row block rb's tiles (Q and, for dK, dO; dV reads dO as its B operand) and its rows' lse (and delta) into slot
+  // rb & 1
+  auto issue_rows = [&](int rb) {
+    const int slot = rb & 1;
+    auto row_ptr = [&](const bf16* x) {
+      return [=](int r) -> const bf16* {
+        const int tok = rb * tb + r / group;
+        return tok < len ? x + ((static_cast<int64_t>(s0) + tok) * hq + g * group + r % group) * kD : nullptr;
+      };
+    };
+    Tensor sQ = make_tensor(make_smem_ptr(smem.t[2 + 2 * slot].begin()), SmemQ{});
+    Tensor sdO = make_tensor(make_smem_ptr(smem.t[3 + 2 * slot].begin()), SmemQ{});
+    load_rows_async(sQ, row_ptr(q), q, tid);
+    load_rows_async(sdO, row_ptr(dout), dout, tid);
+    const int col = tid % kWgRows, tok = rb * tb + col / group;
+    const int64_t at = (static_cast<int64_t>(s0) + tok) * hq + g * group + col % group;
+    if (tid < kWgRows) {
+      load_f32_async(&smem.lse[slot][col], tok < len ? lse + at : nullptr, lse);
+    } else if (kDK) {
+      load_f32_async(&smem.delta[slot][col], tok < len ? delta + at : nullptr, delta);
+    }
+  };
+
+  const int rb_begin = kb * kKeys / tb, rb_end = (len + tb - 1) / tb;
+  load_rows_async(sK, key_ptr(k), k, tid);
+  if constexpr (kDK) load_rows_async(sV, key_ptr(v), v, tid);
+  if (rb_begin < rb_end) issue_rows(rb_begin);
+  cp_async_commit();
 
   int kpos[2];
 #pragma unroll
@@ -228,58 +282,46 @@ __global__ void __launch_bounds__(128)
   auto thr_o = mma_o.get_thread_slice(tid);
   Tensor tK = thr_s.make_fragment_A(thr_s.partition_A(sK));
   Tensor tV = thr_s.make_fragment_A(thr_s.partition_A(sV));
-  Tensor tQ = thr_s.make_fragment_B(thr_s.partition_B(sQ));
-  Tensor tdO = thr_s.make_fragment_B(thr_s.partition_B(sdO));
-  Tensor tB = thr_o.make_fragment_B(thr_o.partition_B(kDK ? sQt : sdOt));  // dK's Q^T or dV's dO^T
   Tensor accS = partition_fragment_C(mma_s, Shape<Int<kKeys>, Int<kWgRows>>{});
   Tensor accP = partition_fragment_C(mma_s, Shape<Int<kKeys>, Int<kWgRows>>{});
   Tensor acc = partition_fragment_C(mma_o, Shape<Int<kKeys>, Int<kD>>{});
-  Tensor frag = make_tensor<Element>(FragA{});
+  Tensor hi = make_tensor<Element>(FragA{});
+  Tensor lo = make_tensor<Element>(FragA{});
   clear(acc);
 
-  const int rb_end = (len + tb - 1) / tb;
-  for (int rb = kb * kKeys / tb; rb < rb_end; ++rb) {
-    __syncthreads();  // the previous row block's MMAs (waited for) are done reading the row tiles
-    auto row_ptr = [&](const bf16* x) {
-      return [=](int r) -> const bf16* {
-        const int tok = rb * tb + r / group;
-        return tok < len ? x + ((static_cast<int64_t>(s0) + tok) * hq + g * group + r % group) * kD : nullptr;
-      };
-    };
-    load_rows(sQ, row_ptr(q), tid);
-    load_rows(sdO, row_ptr(dout), tid);
-    // this thread's 16 columns (query rows of the block): pair + c + 8 j, slot c + 2 j
-    int tpos[16];
-    float lse2[16], dl[16];
-#pragma unroll
-    for (int ci = 0; ci < 16; ++ci) {
-      const int col = pair + (ci % 2) + 8 * (ci / 2);
-      const int tok = rb * tb + col / group;
-      const bool ok = tok < len;
-      const int64_t at = (static_cast<int64_t>(s0) + tok) * hq + g * group + col % group;
-      tpos[ci] = ok ? tok : -1;
-      lse2[ci] = ok ? lse[at] * kLog2e : 0.0f;
-      dl[ci] = (kDK && ok) ? delta[at] : 0.0f;
-    }
+  for (int rb = rb_begin; rb < rb_end; ++rb) {
+    if (rb + 1 < rb_end) issue_rows(rb + 1);  // into the slot row block rb - 1 read (done: the barrier below)
+    cp_async_commit();
+    cp_async_wait<1>();
     cutlass::arch::fence_view_async_shared();
     __syncthreads();
+    const int slot = rb & 1;
+    Tensor sQ = make_tensor(make_smem_ptr(smem.t[2 + 2 * slot].begin()), SmemQ{});
+    Tensor sdO = make_tensor(make_smem_ptr(smem.t[3 + 2 * slot].begin()), SmemQ{});
+    Tensor sBt = make_tensor(make_smem_ptr(smem.t[(kDK ? 2 : 3) + 2 * slot].begin()), SmemQt{});
+    Tensor tQ = thr_s.make_fragment_B(thr_s.partition_B(sQ));
+    Tensor tdO = thr_s.make_fragment_B(thr_s.partition_B(sdO));
+    Tensor tB = thr_o.make_fragment_B(thr_o.partition_B(sBt));  // dK's Q^T or dV's dO^T
     ss_gemm(mma_s, tK, tQ, accS);  // S^T: keys x rows
     if constexpr (kDK) ss_gemm(mma_s, tV, tdO, accP);
-    // value i: key quad + 8 ((i / 2) % 2), column slot (i % 2) + 2 (i / 4)
+    // value i: key quad + 8 ((i / 2) % 2), column (query row of the block) pair + (i % 2) + 8 (i / 4)
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
-      const int h = (i / 2) % 2, ci = (i % 2) + 2 * (i / 4);
-      const bool vis = kpos[h] <= tpos[ci];  // tpos -1 past the sample: never
-      const float p = vis ? exp2f(accS(i) * scale_log2 - lse2[ci]) : 0.0f;
+      const int h = (i / 2) % 2, col = pair + (i % 2) + 8 * (i / 4);
+      const int tok = rb * tb + col / group;
+      const bool vis = tok < len && kpos[h] <= tok;
+      const float p = vis ? exp2f(accS(i) * scale_log2 - smem.lse[slot][col] * kLog2e) : 0.0f;
       if constexpr (kDK) {
-        accS(i) = vis ? p * (accP(i) - dl[ci]) : 0.0f;
+        accS(i) = vis ? p * (accP(i) - smem.delta[slot][col]) : 0.0f;
       } else {
         accS(i) = p;
       }
     }
-    pack_frag(frag, accS);
-    rs_gemm(mma_o, frag, tB, acc);
+    split_frag(hi, lo, accS);
+    rs_gemm2(mma_o, hi, lo, tB, acc);
+    __syncthreads();  // every warp is done with this slot before the next iteration refills it
   }
+  cp_async_wait<0>();
 
   const float mul = kDK ? scale : 1.0f;
 #pragma unroll

@@ -44,4 +44,33 @@ __device__ __forceinline__ void load_rows(Tile& tile, Src src, int tid) {
   }
 }
 
+// The same tile filled by cp.async (16-byte copies that bypass the registers; a null row zero-fills), so the next
+// tile streams in while the tensor cores work on this one. `any` is a valid global address, given for the
+// zero-filled copies (which read no byte of it). The copies join the thread's open cp.async group: commit it, wait
+// for it (cp_async_wait), then fence_view_async_shared and a CTA barrier before wgmma reads the tile.
+template <class Tile, class Src>
+__device__ __forceinline__ void load_rows_async(Tile& tile, Src src, const bf16* any, int tid) {
+  for (int c = tid; c < kWgRows * (kD / 8); c += 128) {
+    const int r = c / (kD / 8), col = (c % (kD / 8)) * 8;
+    const bf16* p = src(r);
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(&tile(r, col)));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(p ? p + col : any),
+                 "r"(p ? 16 : 0));
+  }
+}
+
+// one fp32 from `p` (or 0 when null) into shared memory by cp.async, in the thread's open group
+__device__ __forceinline__ void load_f32_async(float* dst, const float* p, const float* any) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(p ? p : any), "r"(p ? 4 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// wait until at most N of this thread's committed groups are still in flight
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 }  // namespace ws1::sm90::attn_detail

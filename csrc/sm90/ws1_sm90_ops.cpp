@@ -344,7 +344,7 @@ std::tuple<Tensor, Tensor, Tensor> attn_bwd_meta(const Tensor& q, const Tensor& 
 }
 
 std::vector<ws1::binding::AttributeRow> kernel_attributes() {
-  constexpr int kCap = 32;
+  constexpr int kCap = 64;
   ws1::KernelInfo infos[kCap];
   int n = ws1::sm90::gemm_kernel_infos(infos, kCap);
   n += ws1::sm90::gemm_f32out_infos(infos + n, kCap - n);

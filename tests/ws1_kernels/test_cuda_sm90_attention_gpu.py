@@ -204,7 +204,8 @@ def test_the_lse_is_the_rows_log_sum_exp() -> None:
 
 
 def test_the_backward_runs_and_its_gradients_are_finite() -> None:
-    """The generic backward on the Hopper forward's (o, lse): accuracy is the matrix's, this is the wiring."""
+    """The Hopper backward through the candidate's autograd, at the fixture's widths: accuracy is the matrix's and
+    the backward tests' (test_cuda_sm90_attention_bwd_gpu.py), this is the wiring."""
     ctx, rows = _packed()
     q, k, v = (rows[n].clone().requires_grad_(True) for n in ("q", "k", "v"))
     att.attention(q, k, v, SCALE, ctx).float().square().sum().backward()

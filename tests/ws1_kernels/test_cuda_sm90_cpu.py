@@ -219,19 +219,24 @@ def test_the_wgrad_tile_is_the_headers() -> None:
     assert _header_constant(HEADER.read_text(), "kWgradTile") == sm90.WGRAD_TILE
 
 
-def test_the_hopper_attention_entry_runs_its_own_forward_and_the_generic_backward() -> None:
+def test_the_hopper_attention_entry_runs_its_own_forward_and_backward() -> None:
     from ws1_kernels.cuda import attention as generic_att
     from ws1_kernels.cuda_sm90 import attention as sm90_att
 
     entry = sm90_att.OPS["attention"]
     assert entry.kernel_id == sm90_att.KERNEL == sm90_att.FORWARD.kernel
-    assert entry.kernel_ids == {
-        generic_att.KERNEL
-    }  # the backward, and the forward at widths it does not serve
-    assert {"ws1_sm90.attn_fwd", "ws1.attn_bwd"} <= entry.declared_ops
+    assert sm90_att.FORWARD.backward is not None
+    assert sm90_att.FORWARD.backward.kernel == sm90_att.BWD_KERNEL
+    assert sm90_att.FORWARD.backward.call is sm90_att.hopper_backward
+    # its backward, and the generic pair at widths the Hopper kernels do not serve
+    assert entry.kernel_ids == {sm90_att.BWD_KERNEL, generic_att.KERNEL}
+    assert {"ws1_sm90.attn_fwd", "ws1_sm90.attn_bwd", "ws1.attn_fwd", "ws1.attn_bwd"} <= entry.declared_ops
     assert set(sm90_att.OPS) == {"attention"}
-    # the control: the generic entry's forward is another kernel, which the Hopper entry records nowhere
+    # the control: the generic profile's tiled forward has no backward of its own, and its forward id is one the
+    # Hopper entry records nowhere
+    assert generic_att.GENERIC.backward is None
     assert generic_att.GENERIC.kernel not in {entry.kernel_id, *entry.kernel_ids}
+    assert "ws1_sm90.attn_bwd" not in generic_att.OPS["attention"].declared_ops
 
 
 @pytest.mark.parametrize(
@@ -278,13 +283,30 @@ def test_the_backward_key_blocks_cover_every_samples_keys_from_its_first_row() -
     ids = torch.cat([torch.full((n,), s, dtype=torch.int64) for s, n in enumerate(lengths)])
     pos = torch.cat([torch.arange(n) for n in lengths])
     got = sm90_att.key_blocks(LayoutContext(ids, pos), torch.device("cpu")).tolist()
-    assert got == [[0, 70, 0], [0, 70, 1], [70, 5, 0], [75, 64, 0]]
+    assert sorted(got) == [[0, 70, 0], [0, 70, 1], [70, 5, 0], [75, 64, 0]]
     # the control: a permuted packing moves each sample's entries with its rows, never splits a block differently
     perm = (5, 64, 70)
     ids2 = torch.cat([torch.full((n,), s, dtype=torch.int64) for s, n in enumerate(perm)])
     pos2 = torch.cat([torch.arange(n) for n in perm])
     got2 = sm90_att.key_blocks(LayoutContext(ids2, pos2), torch.device("cpu")).tolist()
     assert sorted((n, kb) for _, n, kb in got2) == sorted((n, kb) for _, n, kb in got) and got2 != got
+
+
+def test_the_backward_key_blocks_put_the_longest_walks_first() -> None:
+    """A key block walks its sample's rows from its own on: the longest walks start first, so the grid's tail holds
+    short ones (the order is the grid's alone)."""
+    from ws1_kernels import LayoutContext
+    from ws1_kernels.cuda_sm90 import attention as sm90_att
+
+    lengths = (70, 5, 200)
+    ids = torch.cat([torch.full((n,), s, dtype=torch.int64) for s, n in enumerate(lengths)])
+    pos = torch.cat([torch.arange(n) for n in lengths])
+    got = sm90_att.key_blocks(LayoutContext(ids, pos), torch.device("cpu")).tolist()
+    walks = [n - kb * sm90_att.KEY_BLOCK for _, n, kb in got]
+    assert walks == sorted(walks, reverse=True) and walks[0] == 200 and walks[-1] == 5
+    # the control: in sample order the walks are not sorted, so the sort is what orders them
+    in_order = [n - kb * sm90_att.KEY_BLOCK for n in lengths for kb in range((n + 63) // 64)]
+    assert in_order != sorted(in_order, reverse=True) and sorted(in_order) == sorted(walks)
 
 
 def test_the_hopper_backward_refuses_a_kv_prefix() -> None:

@@ -43,16 +43,27 @@ def tiled(hq: int, hkv: int, d: int) -> bool:
 
 
 @dataclass(frozen=True)
+class TiledBackward:
+    """A backward that goes with a row-block forward, at the same widths: its kernel id and its op
+    ``(q, k, v, o, dout, lse, scale, layout) -> (dq, dk, dv)`` for a training call (whole samples, no prefix)."""
+
+    kernel: str
+    call: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
 class TiledForward:
     """A row-block forward: its kernel id, the query rows a CTA takes, whether it serves given widths, and its op
-    ``(q, k, v, key_base, n_keys, blocks, scale) -> (o, lse)``. The generic profile's is attention_tiled.cu's
-    (``GENERIC``); the Hopper profile passes its own (``cuda_sm90.attention``). The tables, the backward and the
-    fallback for other widths are the same for both, so a profile differs from the other in its forward alone."""
+    ``(q, k, v, key_base, n_keys, blocks, scale) -> (o, lse)``; and the backward that serves the same widths, or
+    None for the generic one (``ws1.attn_bwd``, any widths). The generic profile's is attention_tiled.cu's
+    (``GENERIC``, the generic backward); the Hopper profile passes its own pair (``cuda_sm90.attention``). The
+    tables and the fallback for other widths are the same for both."""
 
     kernel: str
     rows: int
     supports: Callable[[int, int, int], bool]
     call: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    backward: TiledBackward | None = None
 
     def tokens(self, hq: int, hkv: int) -> int:
         """Tokens per row block at a query group of ``hq // hkv``."""
@@ -167,15 +178,22 @@ class _Attention(torch.autograd.Function):
             record(KERNEL, "fwd")
             o, lse = torch.ops.ws1.attn_fwd(q, k_all, v_all, tables.key_base, tables.n_keys, scale)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.tables, ctx.scale = tables, scale
+        ctx.tables, ctx.scale, ctx.layout = tables, scale, lctx
+        # the forward's own backward where it ran on tiles (the same widths), else the generic one
+        ctx.tiled_backward = fwd.backward if on_tiles else None
         return o
 
     @staticmethod
     def backward(ctx, dout):  # type: ignore[override]
         if ctx.tables.prefix:
             raise KernelInputError("cuda_bf16.attention: no backward for a call with a kv prefix (inference)")
-        record(KERNEL, "bwd")
         q, k, v, o, lse = ctx.saved_tensors
+        bwd = ctx.tiled_backward
+        if bwd is not None:
+            record(bwd.kernel, "bwd")
+            dq, dk, dv = bwd.call(q, k, v, o, dout.contiguous(), lse, ctx.scale, ctx.layout)
+            return dq, dk, dv, None, None, None
+        record(KERNEL, "bwd")
         t = ctx.tables
         dq, dk, dv = torch.ops.ws1.attn_bwd(
             q, k, v, o, dout.contiguous(), lse, t.key_base, t.n_keys, t.q_end, ctx.scale

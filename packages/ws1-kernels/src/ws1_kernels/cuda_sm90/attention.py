@@ -1,14 +1,18 @@
-"""attention (cuda_bf16_sm90): causal GQA attention within each sample, the forward on TMA + wgmma
-(``torch.ops.ws1_sm90.attn_fwd``, csrc/sm90/attention_sm90.cu), the backward the generic one.
+"""attention (cuda_bf16_sm90): causal GQA attention within each sample on wgmma, the forward
+(``torch.ops.ws1_sm90.attn_fwd``, csrc/sm90/attention_sm90.cu) and the backward (``torch.ops.ws1_sm90.attn_bwd``,
+csrc/sm90/attention_bwd_sm90.cu).
 
 The forward keeps the generic tiled kernel's rule (row blocks of one sample that share their keys, keys in fixed
 logical blocks of 64 from position 0, every row reduction in an order fixed by the block and the head dim), so a
 row's bits do not depend on the block it lands in: a packed prefill, a chunked prefill and a decode step agree.
 What changes is the machine: K and V by TMA from a producer warp, S and P V on wgmma, the next block's S issued
 with this block's P V. The host tables (key bases, key counts, row blocks) are the generic module's, built once
-per layout; the backward (``ws1.attn_bwd``) reads no row blocks, so it is the generic one unchanged and its kernel
-id says so.
-The step path runs the same kernel one token a CTA (``STEP_BLOCK_ROWS``): the rollout and the trainer share it.
+per layout.
+The backward keeps the same blocks: dQ per row block over the key blocks in ascending order, dK and dV per (key
+block, kv head) over the row blocks that see it, in ascending order, with the group's heads summed inside the MMA.
+One writer per element, no atomics, so any packing of whole samples gives the same bits. Other widths fall back to
+the generic forward and backward, and the kernel ids say which ran.
+The step path runs the same forward one token a CTA (``STEP_BLOCK_ROWS``): the rollout and the trainer share it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from ..cuda import attention as generic
 from ..errors import KernelInputError
 
 KERNEL = "ws1.cuda_sm90.attention.wgmma_fwd"
-#: the Hopper backward (csrc/sm90/attention_bwd_sm90.cu): an op with its GPU tests, not yet the candidate's backward
+#: the Hopper backward (csrc/sm90/attention_bwd_sm90.cu), the candidate's backward wherever the forward ran on it
 BWD_KERNEL = "ws1.cuda_sm90.attention.wgmma_bwd"
 #: keys a key block of the backward's dK/dV CTA (the forward's logical key block)
 KEY_BLOCK = 64
@@ -53,16 +57,6 @@ def supports(hq: int, hkv: int, d: int, rows: int = BLOCK_ROWS) -> bool:
     return d == HEAD_DIM and hkv > 0 and hq % hkv == 0 and rows % (hq // hkv) == 0
 
 
-FORWARD = generic.TiledForward(
-    KERNEL,
-    BLOCK_ROWS,
-    supports,
-    lambda q, k, v, key_base, n_keys, blocks, scale: torch.ops.ws1_sm90.attn_fwd(
-        q, k, v, key_base, n_keys, blocks, BLOCK_ROWS, scale, SCHEDULE
-    ),
-)
-
-
 _KBLOCKS: weakref.WeakKeyDictionary[LayoutContext, dict[torch.device, torch.Tensor]] = (
     weakref.WeakKeyDictionary()
 )
@@ -81,6 +75,9 @@ def key_blocks(ctx: LayoutContext, device: torch.device) -> torch.Tensor:
         for seg in ctx.segments
         for kb in range((seg.length + KEY_BLOCK - 1) // KEY_BLOCK)
     ]
+    # the longest walks first (a key block walks the sample's rows from its own on), so the short ones fill the
+    # tail; the order is the grid's alone and changes no bits
+    rows.sort(key=lambda r: r[1] - r[2] * KEY_BLOCK, reverse=True)
     out = torch.tensor(rows, dtype=torch.int32).reshape(-1, 3).to(device)
     _KBLOCKS.setdefault(ctx, {})[device] = out
     return out
@@ -96,8 +93,8 @@ def hopper_backward(
     scale: float,
     ctx: LayoutContext,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dq, dk, dv)`` by the Hopper backward (``ws1_sm90.attn_bwd``) for a training call at 64-row blocks. Not the
-    candidate's backward yet: it has not run on a GPU (its tests are written)."""
+    """``(dq, dk, dv)`` by the Hopper backward (``ws1_sm90.attn_bwd``) for a training call at 64-row blocks (the
+    forward's row blocks and ``key_blocks``)."""
     if any(seg.first_position > 0 for seg in ctx.segments):
         raise KernelInputError("cuda_bf16_sm90.attention: no backward for a call with a kv prefix")
     hq, hkv = q.shape[1], k.shape[1]
@@ -105,6 +102,18 @@ def hopper_backward(
     return torch.ops.ws1_sm90.attn_bwd(
         q, k, v, o, dout.contiguous(), lse, t.key_base, t.n_keys, t.blocks, key_blocks(ctx, q.device), scale
     )
+
+
+#: the forward and its backward, as the generic module's attention takes them
+FORWARD = generic.TiledForward(
+    KERNEL,
+    BLOCK_ROWS,
+    supports,
+    lambda q, k, v, key_base, n_keys, blocks, scale: torch.ops.ws1_sm90.attn_fwd(
+        q, k, v, key_base, n_keys, blocks, BLOCK_ROWS, scale, SCHEDULE
+    ),
+    generic.TiledBackward(BWD_KERNEL, hopper_backward),
+)
 
 
 def attention(
@@ -118,7 +127,7 @@ OPS: dict[str, OpEntry] = {
     "attention": OpEntry(
         attention,
         KERNEL,
-        generic.OPS["attention"].declared_ops | {"ws1_sm90.attn_fwd"},
-        frozenset({generic.KERNEL}),
+        generic.OPS["attention"].declared_ops | {"ws1_sm90.attn_fwd", "ws1_sm90.attn_bwd"},
+        frozenset({BWD_KERNEL, generic.KERNEL}),
     )
 }
