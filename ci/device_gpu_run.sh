@@ -146,8 +146,9 @@ for s in "$@"; do
     # the Hopper attention forward (needs hopper-build's modules): its GPU tests and the step path's, the
     # cuda_bf16_sm90 attention cells on every tier, its bench rows against SDPA (prefill at 4096-16384 tokens, decode
     # at batch 1, 64 and 256 over 4096 cached keys), every schedule and CTA shape timed beside SDPA
-    # (ci/attn_sm90_variants.py), ncu of the wired variant at 16384 tokens (ATTN90_NCU_VARIANT), then memcheck and
-    # racecheck over ci/sanitize_attn_sm90.py
+    # (ci/attn_sm90_variants.py), ncu of the wired variant at 16384 tokens (ATTN90_NCU_VARIANT; for the backward's
+    # kernels ATTN90_NCU_BACKWARD=--backward ATTN90_NCU_KERNELS='ws1_sm90_attn_bwd_d[qkv]' ATTN90_NCU_COUNT=3), then
+    # memcheck and racecheck over ci/sanitize_attn_sm90.py
     attn90) hb="$PWD/build/cuda-gpu_sm90"; hp="$hb:$hb/hopper:${PYTHONPATH:-}"
             step attn90-tests "${ATTN90_TESTS_LIMIT:-200}" env PYTHONPATH="$hp" python3 -m pytest -q -p no:cacheprovider \
               -rfE --durations=15 tests/ws1_kernels/test_cuda_sm90_attention_gpu.py \
@@ -164,7 +165,7 @@ for s in "$@"; do
               --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
               -k "regex:${ATTN90_NCU_KERNELS:-ws1_sm90_attn_fwd}" --launch-skip "${ATTN90_NCU_SKIP:-3}" \
               --launch-count "${ATTN90_NCU_COUNT:-1}" python3 ci/attn_sm90_variants.py --variant \
-              "${ATTN90_NCU_VARIANT:-64:1}" --no-sdpa --tokens 16384 --reps 2 --warmup 2 ${ATTN90_NCU_BACKWARD:+--backward} \
+              "${ATTN90_NCU_VARIANT:-64:1}" --tokens 16384 --reps 2 --warmup 2 "${ATTN90_NCU_BACKWARD:---no-sdpa}" \
               --out "$ev/attn90-ncu-variant.json"
             for tool in memcheck racecheck; do
               step "attn90-$tool" "${HOPPER_SANITIZE_LIMIT:-120}" env PYTHONPATH="$hp" compute-sanitizer --tool "$tool" \

@@ -51,7 +51,6 @@ def test_the_extension_lists_the_backward_kernels_without_spills() -> None:
 
     found = {r["name"]: r for r in cuda_sm90.kernel_attributes()}
     for name in (
-        "ws1_sm90_attn_bwd_delta",
         "ws1_sm90_attn_bwd_dq",
         "ws1_sm90_attn_bwd_dv",
         "ws1_sm90_attn_bwd_dk",
