@@ -93,7 +93,12 @@ def evidence_files() -> list[tuple[Path, str, bool]]:
 
 #: Bundles whose full-width matrix is kept only beside the 36-layer chain of the same run (a chain merges only with
 #: a matrix of its own commit), not as the current matrix of its (profile, arch): folder -> why.
-CHAIN_COMPANIONS: dict[str, str] = {}
+CHAIN_COMPANIONS: dict[str, str] = {
+    "merged-h200-35ae4ff": (
+        "the 36-layer triton_cuda_bf16 chain at 35ae4ff on the H200 and that run's triton matrix, which it merges "
+        "with; the current matrices are merged-h100-4e94edc's (no chain was run at 4e94edc: no device time left)"
+    ),
+}
 
 
 def current_set(profile: str, arch: str) -> MatrixSet:

@@ -19,16 +19,7 @@ from ws1_harness.verdict import freshness
 
 #: bundle folder, or "folder/profile" for one profile's files in it, -> why that evidence is behind the code (to be
 #: replaced by the next GPU run); every file a key covers must be stale, and only those files are exempt
-KNOWN_STALE: dict[str, str] = {
-    "merged-h200-35ae4ff/cuda_bf16_sm90": (
-        "the Hopper attention forward (csrc/sm90/attention_sm90.cu) is this profile's attention and its step path's "
-        "since 3b7dbf3; the next merged run replaces this bundle"
-    ),
-    "merged-h200-35ae4ff/cuda_bf16": (
-        "cuda/attention.py takes the row-block forward as a parameter since 3b7dbf3 (the Hopper profile passes "
-        "its own); the generic kernels, tables and backward are unchanged. The merged run replaces this bundle"
-    ),
-}
+KNOWN_STALE: dict[str, str] = {}
 
 
 def _bundles() -> list[tuple[Path, str, bool]]:

@@ -57,12 +57,16 @@ def test_the_kernels_are_sm90a_machine_code() -> None:
     linear_logp = [n for n in names if "linear_logp" in n or "lse_finalize" in n]
     f32out = [n for n in names if "f32out" in n]
     wgrad = [n for n in names if "wgrad" in n]
+    attn_fwd = [n for n in names if n.startswith("ws1_sm90_attn_fwd_")]
+    attn_bwd = [n for n in names if n.startswith("ws1_sm90_attn_bwd_")]
     # logp: forward and backward, 16-byte and scalar loads each; linear_logp: the GEMM with the log-sum-exp
     # epilogue on each bucket's tile, and the fold of its partials; the fp32-output GEMM (the backward's logits and
     # dx); the weight gradient (its gather and its wgmma kernel with one and two warpgroups, each with 64- and 32-row
-    # stages); the bf16 GEMM: forward and dx in each of three buckets
-    assert (len(logp), len(linear_logp), len(f32out), len(wgrad)) == (4, 4, 2, 5), names
-    assert len(names) - len(logp) - len(linear_logp) - len(f32out) - len(wgrad) == 6, names
+    # stages); the attention forward (64- and 128-row CTAs on the plain and both overlapped loops, Q in registers at
+    # 64, ping-pong at 128) and backward (dQ, dV, dK); the bf16 GEMM: forward and dx in each of three buckets
+    counts = tuple(len(x) for x in (logp, linear_logp, f32out, wgrad, attn_fwd, attn_bwd))
+    assert counts == (4, 4, 2, 5, 8, 3), names
+    assert len(names) - sum(counts) == 6, names
     for r in rows:
         assert r["error"] == "" and int(r["binary_version"]) == 90, r
 
