@@ -171,6 +171,14 @@ for s in "$@"; do
               step "attn90-$tool" "${HOPPER_SANITIZE_LIMIT:-120}" env PYTHONPATH="$hp" compute-sanitizer --tool "$tool" \
                 --error-exitcode 1 python3 ci/sanitize_attn_sm90.py
             done ;;
+    # the Hopper attention backward alone, for a short call (needs hopper-build's modules): its GPU tests with the
+    # Hopper module's sm90a check, then the backward timed beside SDPA's and the generic one at 8192 and 16384 tokens
+    attn90-bwd) hb="$PWD/build/cuda-gpu_sm90"; hp="$hb:$hb/hopper:${PYTHONPATH:-}"
+            step attn90-bwd-tests "${ATTN90_TESTS_LIMIT:-120}" env PYTHONPATH="$hp" python3 -m pytest -q \
+              -p no:cacheprovider -rfE tests/ws1_kernels/test_cuda_sm90_attention_bwd_gpu.py \
+              tests/ws1_kernels/test_cuda_sm90_gpu.py::test_the_kernels_are_sm90a_machine_code
+            step attn90-bwd-time "${ATTN90_VARIANTS_LIMIT:-90}" env PYTHONPATH="$hp" python3 ci/attn_sm90_variants.py \
+              --variant 64:1 --tokens 8192 --tokens 16384 --seq 4096 --backward --out "$ev/attn90-bwd.json" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
 done

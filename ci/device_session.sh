@@ -15,6 +15,7 @@
 #             256 with 2048 cached tokens and the 8192-token training step, then the host cost of every step op
 #   steps-80g the same within 80 GB: decode at batch 1 and 64, no training step
 #   validate  the C++ step path's GPU tests with the step tests, the host cost, and the chain at 2 layers
+#   attn90-bwd the build, the Hopper attention backward's GPU tests and its timing beside SDPA (a short call)
 #   attn90    the Hopper attention forward (cuda_bf16_sm90): the build, its GPU tests and the step path's, its matrix
 #             cells on every tier, its bench rows, memcheck and racecheck
 #   tiled     the tensor-core attention forward (cuda_bf16): its GPU tests, its matrix cells on every tier, its bench
@@ -81,6 +82,7 @@ case "$mode" in
             timeout "$limit" "${run[@]}" launch script host chain ;;
   tiled)    timeout "$limit" "${run[@]}" tiled ;;
   attn90)   timeout "$limit" "${run[@]}" hopper-build attn90 ;;
+  attn90-bwd) timeout "$limit" "${run[@]}" hopper-build attn90-bwd ;;
   *) echo "device_session: unknown mode $mode"; exit 2 ;;
 esac
 rc=$?

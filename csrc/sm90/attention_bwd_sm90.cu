@@ -110,6 +110,9 @@ __global__ void __launch_bounds__(128)
   Tensor sdO = make_tensor(make_smem_ptr(smem.t[1].begin()), SmemQ{});
 
   const int g = static_cast<int>(blockIdx.y), group = hq / hkv, tid = threadIdx.x;
+  // the group divides 64 (attn_fwd_supported), so it is a power of two: a row's token and head by a shift and a
+  // mask (a runtime division costs about 20 instructions, and the copies and the visibility test take one a value)
+  const int gs = 31 - __clz(group), gm = group - 1;
   const int bi = static_cast<int>(gridDim.x - 1 - blockIdx.x);
   const int t0 = blocks[3 * bi], tokens = blocks[3 * bi + 1], key_count = blocks[3 * bi + 2];
   const int base = tokens > 0 ? key_base[t0] : 0;
@@ -117,7 +120,7 @@ __global__ void __launch_bounds__(128)
 
   auto row_ptr = [&](const bf16* x) {
     return [=](int r) -> const bf16* {
-      return r / group < tokens ? x + ((static_cast<int64_t>(t0) + r / group) * hq + g * group + r % group) * kD
+      return (r >> gs) < tokens ? x + ((static_cast<int64_t>(t0) + (r >> gs)) * hq + g * group + (r & gm)) * kD
                                 : nullptr;
     };
   };
@@ -145,9 +148,9 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = (tid / 32) * 16 + quad + 8 * h;
-    row_ok[h] = row / group < tokens;
-    row_t[h] = t0 + row / group;
-    row_h[h] = g * group + row % group;
+    row_ok[h] = (row >> gs) < tokens;
+    row_t[h] = t0 + (row >> gs);
+    row_h[h] = g * group + (row & gm);
     row_n[h] = row_ok[h] ? n_keys[row_t[h]] : 0;
     const int64_t at = static_cast<int64_t>(row_t[h]) * hq + row_h[h];
     lse2[h] = row_ok[h] ? lse[at] * kLog2e : 0.0f;
@@ -247,8 +250,11 @@ __global__ void __launch_bounds__(128)
   Tensor sV = make_tensor(make_smem_ptr(smem.t[1].begin()), SmemQ{});
 
   const int g = static_cast<int>(blockIdx.y), group = hq / hkv, tid = threadIdx.x;
+  // the group divides 64 (attn_fwd_supported), so it is a power of two: a row's token and head by a shift and a
+  // mask (a runtime division costs about 20 instructions, and the copies and the visibility test take one a value)
+  const int gs = 31 - __clz(group), gm = group - 1;
   const int s0 = kblocks[3 * blockIdx.x], len = kblocks[3 * blockIdx.x + 1], kb = kblocks[3 * blockIdx.x + 2];
-  const int tb = kWgRows / group;  // tokens a row block
+  const int tb = (kWgRows >> gs);  // tokens a row block
   const int lane = tid % 32, quad = lane / 4, pair = (lane % 4) * 2;
 
   auto key_ptr = [&](const bf16* x) {
@@ -262,16 +268,16 @@ __global__ void __launch_bounds__(128)
     const int slot = rb & 1;
     auto row_ptr = [&](const bf16* x) {
       return [=](int r) -> const bf16* {
-        const int tok = rb * tb + r / group;
-        return tok < len ? x + ((static_cast<int64_t>(s0) + tok) * hq + g * group + r % group) * kD : nullptr;
+        const int tok = rb * tb + (r >> gs);
+        return tok < len ? x + ((static_cast<int64_t>(s0) + tok) * hq + g * group + (r & gm)) * kD : nullptr;
       };
     };
     Tensor sQ = make_tensor(make_smem_ptr(smem.t[2 + 2 * slot].begin()), SmemQ{});
     Tensor sdO = make_tensor(make_smem_ptr(smem.t[3 + 2 * slot].begin()), SmemQ{});
     load_rows_async(sQ, row_ptr(q), q, tid);
     load_rows_async(sdO, row_ptr(dout), dout, tid);
-    const int col = tid % kWgRows, tok = rb * tb + col / group;
-    const int64_t at = (static_cast<int64_t>(s0) + tok) * hq + g * group + col % group;
+    const int col = tid % kWgRows, tok = rb * tb + (col >> gs);
+    const int64_t at = (static_cast<int64_t>(s0) + tok) * hq + g * group + (col & gm);
     if (tid < kWgRows) {
       load_f32_async(&smem.lse[slot][col], tok < len ? lse + at : nullptr, lse);
     } else if (kDK) {
@@ -321,7 +327,7 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int h = (i / 2) % 2, col = pair + (i % 2) + 8 * (i / 4);
-      const int tok = rb * tb + col / group;
+      const int tok = rb * tb + (col >> gs);
       const bool vis = tok < len && kpos[h] <= tok;
       const float p = vis ? exp2f(accS(i) * scale_log2 - smem.lse[slot][col] * kLog2e) : 0.0f;
       if constexpr (kDK) {
