@@ -177,6 +177,48 @@ def test_target_table(op: str, phase: str, m: int, dims: dict, text: str | None)
     assert (t.text if t else None) == text
 
 
+@pytest.mark.parametrize(
+    ("op", "phase", "m", "dims", "text"),
+    [
+        ("det_gemm", "fwd", 4096, {}, "ratio >= 0.95"),
+        ("lm_head", "fwd", 64, {}, "ratio >= 1.0"),
+        ("det_gemm", "fwd", 128, {}, None),
+        ("lm_head", "bwd", 1, {}, "ratio >= 0.9"),
+        ("attention", "fwd", 8192, {}, "ratio >= 0.9"),
+        ("attention", "bwd", 8192, {}, "ratio >= 0.8"),
+        ("logp", "fwd", 4096, {"V": 151936}, "<= 0.33 ms"),
+        ("swiglu", "bwd", 16384, {}, ">= 85% of copy"),  # not one of the Hopper profile's own: ws1's
+        ("linear_logp", "fwd", 4096, {}, "<= 1.1x lm_head fwd (same M, this run)"),
+        ("attention_decode", "fwd", 64, {}, ">= 70% of copy (KV read)"),
+    ],
+)
+def test_the_hopper_profile_is_held_to_its_own_targets(
+    op: str, phase: str, m: int, dims: dict, text: str | None
+) -> None:
+    t = targets.target_for(op, phase, m, dims, "cuda_bf16_sm90")
+    assert (t.text if t else None) == text
+
+
+@pytest.mark.parametrize("profile", ["triton_cuda_bf16", "cuda_bf16", "portable_cpu", None])
+def test_the_control_other_profiles_keep_ws1s_targets(profile: str | None) -> None:
+    for op, phase, m, dims in (
+        ("attention", "bwd", 8192, {}),
+        ("det_gemm", "fwd", 4096, {}),
+        ("logp", "fwd", 4096, {"V": 151936}),
+    ):
+        assert targets.target_for(op, phase, m, dims, profile) == targets.target_for(op, phase, m, dims)
+    assert targets.targets_of(profile) is targets.DEFAULT
+
+
+def test_the_bench_json_names_the_set_its_rows_were_judged_by() -> None:
+    hopper, default = targets.table("cuda_bf16_sm90"), targets.table("triton_cuda_bf16")
+    assert hopper[0] == {"set": targets.HOPPER.name} and default[0] == {"set": targets.DEFAULT.name}
+    attn = [r["rule"] for r in hopper if r.get("ops") == ["attention"]]
+    assert attn == ["ratio >= 0.9", "ratio >= 0.8"]
+    # the control: the default table's attention rules are the Triton ones
+    assert [r["rule"] for r in default if r.get("ops") == ["attention"]] == ["ratio >= 0.8", "ratio >= 0.7"]
+
+
 def test_judge_edges() -> None:
     ratio = targets.Target("ratio_min", 0.9, "")
     assert targets.judge(ratio, 0.9, 1.0, None, None) is True

@@ -354,7 +354,7 @@ def _time_backward(
 # ---------------------------------------------------------------------------------------------- one point
 
 
-def _row(p: S.Point, phase: str, cand: Any, case: C.OpCase, peer: str) -> R.Row:
+def _row(p: S.Point, phase: str, cand: Any, case: C.OpCase, peer: str, profile: str) -> R.Row:
     return R.Row(
         op=p.op,
         shape=p.shape,
@@ -368,7 +368,7 @@ def _row(p: S.Point, phase: str, cand: Any, case: C.OpCase, peer: str) -> R.Row:
         metric=case.metric,
         work=case.work(p, phase),
         fp32_logits_bytes=C.fp32_logits_bytes(p),
-        target=T.target_for(p.op, phase, p.m, p.dims),
+        target=T.target_for(p.op, phase, p.m, p.dims, profile),
     )
 
 
@@ -410,7 +410,7 @@ def _measure_point(opts: Options, timer: Timer, cand: Any, p: S.Point, different
         gen = torch.Generator(device=dev).manual_seed(SEED)
         inputs = case.make(p, dev, gen)
     except Exception as exc:  # noqa: BLE001
-        rows = [_row(p, ph, cand, case, case.peer) for ph in phases]
+        rows = [_row(p, ph, cand, case, case.peer, opts.profile) for ph in phases]
         for r in rows:
             r.status, r.errors = "error", {"setup": one_line(exc)}
         return rows
@@ -431,7 +431,7 @@ def _measure_point(opts: Options, timer: Timer, cand: Any, p: S.Point, different
 
     rows = [
         _fill(
-            _row(p, "fwd", cand, case, peer),
+            _row(p, "fwd", cand, case, peer, opts.profile),
             _time_forward(timer, opts.device, "candidate", cand_fwd),
             _time_forward(timer, opts.device, "peer", peer_fwd),
         )
@@ -456,7 +456,7 @@ def _measure_point(opts: Options, timer: Timer, cand: Any, p: S.Point, different
         bwd_peer = _time_backward(
             timer, opts.device, "peer", lambda t: case.stock(t, p), inputs, case, False, gen
         )
-        rows.append(_fill(_row(p, "bwd", cand, case, peer), bwd_cand, bwd_peer))
+        rows.append(_fill(_row(p, "bwd", cand, case, peer, opts.profile), bwd_cand, bwd_peer))
     return rows
 
 
@@ -617,7 +617,7 @@ def collect(
         },
         "provenance": prov.to_json(),
         "ceilings": ceilings,
-        "targets": T.table(),
+        "targets": T.table(opts.profile),
         "rows": rows,
         "counts": R.counts(rows),
     }

@@ -412,7 +412,7 @@ def _new_row(profile: str, models: Models, p: StepPoint, cand_rt: Any, peer: str
         peer=peer,
         metric=metric,
         work=work,
-        target=T.target_for(p.op, p.phase, p.m, dims),
+        target=T.target_for(p.op, p.phase, p.m, dims, profile),
     )
 
 
