@@ -10,7 +10,8 @@ one JSON record: device, torch version, figures in ms and TFLOP/s (4 x causal pa
     python ci/attn_sm90_variants.py --tokens 4096 --tokens 16384 --seq 4096 --out variants.json
     ncu -k regex:ws1_sm90_attn_fwd python ci/attn_sm90_variants.py --variant 64:1 --no-sdpa --tokens 16384 --out x.json
 
-Bad arguments: one line and exit 2. A variant whose bits differ: its record says so and the exit status is 1.
+Bad arguments: one line and exit 2. A variant whose bits differ (a forward variant, or with --backward the backward's
+dK and dV in one walk against one kernel each): its record says so and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -109,6 +110,18 @@ def _backward(ctx, q, k, v, qs, ks, vs, flops: float, ns: argparse.Namespace) ->
     hopper = _time(
         lambda: sm90_att.hopper_backward(q, k, v, o, dout, lse, D**-0.5, ctx), max(2, ns.reps // 4), ns.warmup
     )
+    # dK and dV in one walk (FUSE_DKV's other side), timed and checked against the wired choice's bits
+    other = not sm90_att.FUSE_DKV
+    fused = _time(
+        lambda: sm90_att.hopper_backward(q, k, v, o, dout, lse, D**-0.5, ctx, fuse_dkv=other),
+        max(2, ns.reps // 4),
+        ns.warmup,
+    )
+    a = sm90_att.hopper_backward(q, k, v, o, dout, lse, D**-0.5, ctx)
+    b = sm90_att.hopper_backward(q, k, v, o, dout, lse, D**-0.5, ctx, fuse_dkv=other)
+    other_same = all(
+        bool(torch.equal(x.view(torch.int16), y.view(torch.int16))) for x, y in zip(a, b, strict=True)
+    )
     gt = generic._tables(ctx, q.shape[0], q.device, None)
     gen = _time(
         lambda: torch.ops.ws1.attn_bwd(q, k, v, o, dout, lse, gt.key_base, gt.n_keys, gt.q_end, D**-0.5),
@@ -126,9 +139,15 @@ def _backward(ctx, q, k, v, qs, ks, vs, flops: float, ns: argparse.Namespace) ->
         "hopper_tflops": 2.5 * flops / hopper / 1e9,
         "ratio_to_sdpa": sdpa / hopper,
         "generic_ratio_to_sdpa": sdpa / gen,
+        "fuse_dkv": sm90_att.FUSE_DKV,
+        "other_fuse_dkv_ms": fused,
+        "other_fuse_dkv_ratio_to_sdpa": sdpa / fused,
+        "other_fuse_dkv_same_bits": other_same,
     }
     print(
-        f"backward: hopper {hopper:.3f} ms ({rec['ratio_to_sdpa']:.2f}x SDPA {sdpa:.3f} ms), generic {gen:.3f} ms",
+        f"backward: hopper {hopper:.3f} ms ({rec['ratio_to_sdpa']:.2f}x SDPA {sdpa:.3f} ms; fuse_dkv "
+        f"{sm90_att.FUSE_DKV}), with fuse_dkv {other} {fused:.3f} ms ({sdpa / fused:.2f}x, bits "
+        f"{'same' if other_same else 'DIFFER'}), generic {gen:.3f} ms",
         flush=True,
     )
     return rec
@@ -191,6 +210,7 @@ def run(ns: argparse.Namespace) -> int:
         rec["sdpa_tflops"] = flops / sdpa / 1e9
         if ns.backward:
             rec["backward"] = _backward(ctx, q, k, v, qs, ks, vs, flops, ns)
+            status |= 0 if rec["backward"]["other_fuse_dkv_same_bits"] else 1
         for var in rec["variants"]:  # type: ignore[union-attr]
             var["ratio_to_sdpa"] = sdpa / var["ms"]
             print(

@@ -2,9 +2,8 @@
 call in each schedule and CTA shape (128-row blocks on two warpgroups, one token a CTA on one) over packed samples whose lengths
 straddle the 64-key blocks, so the last key block of a sample is partial (its value rows zeroed in shared memory)
 and the last sample's box runs past the tensor (TMA's zero fill). It needs the Hopper module (`ws1_cuda_sm90_ext`)
-on the path and an sm_90 device; exit 0 when every call returned finite values, else one line and exit 1. Then one
-backward (`ws1_sm90.attn_bwd`: delta, dQ, dV, dK) over the same samples. Then one
-backward (`ws1_sm90.attn_bwd`: delta, dQ, dV, dK) over the same samples.
+on the path and an sm_90 device; exit 0 when every call returned finite values, else one line and exit 1. Then the
+backward (`ws1_sm90.attn_bwd`: dQ, then dV and dK one kernel each, then both in one walk) over the same samples.
 
     compute-sanitizer --tool racecheck --error-exitcode 1 python ci/sanitize_attn_sm90.py
 """
@@ -49,17 +48,19 @@ def main() -> int:
         print(
             f"schedule {schedule} block_rows {block_rows} ({'one token a CTA' if per_row else 'row blocks'}): ok"
         )
-    # the backward (ws1_sm90.attn_bwd): delta, dQ, dV and dK over the same samples
+    # the backward (ws1_sm90.attn_bwd): dQ, then dV and dK apart and in one walk, over the same samples
     t = generic._tables(ctx, n, q.device, 64 // (HQ // HKV))
     o, lse = torch.ops.ws1_sm90.attn_fwd(
         q, k, v, t.key_base, t.n_keys, t.blocks, 64, D**-0.5, sm90_att.SCHEDULE
     )
-    grads = sm90_att.hopper_backward(q, k, v, o, torch.randn_like(o), lse, D**-0.5, ctx)
-    torch.cuda.synchronize()
-    if not all(bool(torch.isfinite(g).all()) for g in grads):
-        print("sanitize_attn_sm90: the backward: a non-finite gradient")
-        return 1
-    print("backward: ok")
+    dout = torch.randn_like(o)
+    for fuse in (False, True):
+        grads = sm90_att.hopper_backward(q, k, v, o, dout, lse, D**-0.5, ctx, fuse_dkv=fuse)
+        torch.cuda.synchronize()
+        if not all(bool(torch.isfinite(g).all()) for g in grads):
+            print(f"sanitize_attn_sm90: the backward (fuse_dkv {fuse}): a non-finite gradient")
+            return 1
+        print(f"backward (dK and dV {'in one walk' if fuse else 'one kernel each'}): ok")
     # ping-pong (schedule 4) last: a fault in its barrier turns would hang rather than fail
     t = generic._tables(ctx, n, q.device, 128 // (HQ // HKV))
     o, lse = torch.ops.ws1_sm90.attn_fwd(q, k, v, t.key_base, t.n_keys, t.blocks, 128, D**-0.5, 4)

@@ -237,13 +237,17 @@ __global__ void __launch_bounds__(128)
 }
 
 // dV (kDK false) or dK (kDK true) for one 64-key block of a sample and one kv head. kblocks: int32 [n, 3] =
-// (the sample's first row, its length, the key block's index in the sample)
-template <bool kDK>
+// (the sample's first row, its length, the key block's index in the sample). kMode: 0 dV into `out`, 1 dK into
+// `out`, 2 both in one walk (dK into `out`, dV into `out2`): S^T, the loads and P^T computed once for both. The
+// fused walk does each accumulator's operations in the same order as its own kernel, so it gives the same bits.
+template <int kMode>
 __global__ void __launch_bounds__(128)
     ws1_sm90_attn_bwd_dkv(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                           const bf16* __restrict__ dout, const float* __restrict__ lse,
                           const float* __restrict__ delta, const int32_t* __restrict__ kblocks,
-                          bf16* __restrict__ out, int hq, int hkv, float scale_log2, float scale) {
+                          bf16* __restrict__ out, bf16* __restrict__ out2, int hq, int hkv, float scale_log2,
+                          float scale) {
+  constexpr bool kDK = kMode != 0, kBoth = kMode == 2;
   extern __shared__ __align__(1024) char smem_raw[];
   auto& smem = *reinterpret_cast<BwdSmem*>(smem_raw);
   Tensor sK = make_tensor(make_smem_ptr(smem.t[0].begin()), SmemQ{});
@@ -304,9 +308,11 @@ __global__ void __launch_bounds__(128)
   Tensor accS = partition_fragment_C(mma_s, Shape<Int<kKeys>, Int<kWgRows>>{});
   Tensor accP = partition_fragment_C(mma_s, Shape<Int<kKeys>, Int<kWgRows>>{});
   Tensor acc = partition_fragment_C(mma_o, Shape<Int<kKeys>, Int<kD>>{});
+  Tensor acc_v = partition_fragment_C(mma_o, Shape<Int<kBoth ? kKeys : 1>, Int<kBoth ? kD : 1>>{});  // kBoth: dV
   Tensor hi = make_tensor<Element>(FragA{});
   Tensor lo = make_tensor<Element>(FragA{});
   clear(acc);
+  if constexpr (kBoth) clear(acc_v);
 
   for (int rb = rb_begin; rb < rb_end; ++rb) {
     if (rb + 1 < rb_end) issue_rows(rb + 1);  // into the slot row block rb - 1 read (done: the barrier below)
@@ -322,18 +328,41 @@ __global__ void __launch_bounds__(128)
     Tensor tdO = thr_s.make_fragment_B(thr_s.partition_B(sdO));
     Tensor tB = thr_o.make_fragment_B(thr_o.partition_B(sBt));  // dK's Q^T or dV's dO^T
     ss_gemm(mma_s, tK, tQ, accS);  // S^T: keys x rows
-    if constexpr (kDK) ss_gemm(mma_s, tV, tdO, accP);
+    if constexpr (kDK && !kBoth) ss_gemm(mma_s, tV, tdO, accP);  // the fused walk takes dP^T after dV (registers)
     // value i: key quad + 8 ((i / 2) % 2), column (query row of the block) pair + (i % 2) + 8 (i / 4)
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
+    auto visible = [&](int i) {
       const int h = (i / 2) % 2, col = pair + (i % 2) + 8 * (i / 4);
       const int tok = rb * tb + (col >> gs);
-      const bool vis = tok < len && kpos[h] <= tok;
-      const float p = vis ? exp2f(accS(i) * scale_log2 - smem.lse[slot][col] * kLog2e) : 0.0f;
-      if constexpr (kDK) {
-        accS(i) = vis ? p * (accP(i) - smem.delta[slot][col]) : 0.0f;
-      } else {
-        accS(i) = p;
+      return tok < len && kpos[h] <= tok;
+    };
+    if constexpr (kBoth) {
+      // P^T first, for dV (its own kernel's operations), then dS^T from the same p in place, for dK
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int col = pair + (i % 2) + 8 * (i / 4);
+        accS(i) = visible(i) ? exp2f(accS(i) * scale_log2 - smem.lse[slot][col] * kLog2e) : 0.0f;
+      }
+      Tensor sdOt = make_tensor(make_smem_ptr(smem.t[3 + 2 * slot].begin()), SmemQt{});
+      Tensor tdOt = thr_o.make_fragment_B(thr_o.partition_B(sdOt));
+      split_frag(hi, lo, accS);
+      rs_gemm2(mma_o, hi, lo, tdOt, acc_v);
+      ss_gemm(mma_s, tV, tdO, accP);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int col = pair + (i % 2) + 8 * (i / 4);
+        accS(i) = visible(i) ? accS(i) * (accP(i) - smem.delta[slot][col]) : 0.0f;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int col = pair + (i % 2) + 8 * (i / 4);
+        const bool vis = visible(i);
+        const float p = vis ? exp2f(accS(i) * scale_log2 - smem.lse[slot][col] * kLog2e) : 0.0f;
+        if constexpr (kDK) {
+          accS(i) = vis ? p * (accP(i) - smem.delta[slot][col]) : 0.0f;
+        } else {
+          accS(i) = p;
+        }
       }
     }
     split_frag(hi, lo, accS);
@@ -346,10 +375,15 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (kpos[h] >= len) continue;
-    bf16* o = out + ((static_cast<int64_t>(s0) + kpos[h]) * hkv + g) * kD + pair;
+    const int64_t at = ((static_cast<int64_t>(s0) + kpos[h]) * hkv + g) * kD + pair;
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j) {
-      *reinterpret_cast<uint32_t*>(o + 8 * j) = pack2(acc(4 * j + 2 * h) * mul, acc(4 * j + 2 * h + 1) * mul);
+      *reinterpret_cast<uint32_t*>(out + at + 8 * j) =
+          pack2(acc(4 * j + 2 * h) * mul, acc(4 * j + 2 * h + 1) * mul);
+      if constexpr (kBoth) {
+        *reinterpret_cast<uint32_t*>(out2 + at + 8 * j) =
+            pack2(acc_v(4 * j + 2 * h) * 1.0f, acc_v(4 * j + 2 * h + 1) * 1.0f);
+      }
     }
   }
 }
@@ -364,7 +398,7 @@ cudaError_t set_smem(Kernel* kernel) {
 cudaError_t attn_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout, const float* lse,
                      const int32_t* key_base, const int32_t* n_keys, const int32_t* blocks, int64_t n_blocks,
                      const int32_t* kblocks, int64_t n_kblocks, float* delta, bf16* dq, bf16* dk, bf16* dv,
-                     int64_t tokens, int hq, int hkv, int d, float scale, cudaStream_t stream) {
+                     int64_t tokens, int hq, int hkv, int d, float scale, bool fuse_dkv, cudaStream_t stream) {
   using namespace attn_detail;
   if (!attn_fwd_supported(hq, hkv, d, kWgRows) || n_blocks > INT_MAX || n_kblocks > INT_MAX || hkv > 65535)
     return cudaErrorInvalidValue;
@@ -379,12 +413,18 @@ cudaError_t attn_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
   }
   if (n_kblocks > 0) {
     const dim3 grid(static_cast<unsigned>(n_kblocks), static_cast<unsigned>(hkv));
-    if (const cudaError_t e = set_smem(&ws1_sm90_attn_bwd_dkv<false>); e != cudaSuccess) return e;
-    if (const cudaError_t e = set_smem(&ws1_sm90_attn_bwd_dkv<true>); e != cudaSuccess) return e;
-    ws1_sm90_attn_bwd_dkv<false><<<grid, 128, kBwdSmem, stream>>>(q, k, v, dout, lse, delta, kblocks, dv, hq, hkv,
-                                                                  scale_log2, scale);
-    ws1_sm90_attn_bwd_dkv<true><<<grid, 128, kBwdSmem, stream>>>(q, k, v, dout, lse, delta, kblocks, dk, hq, hkv,
-                                                                 scale_log2, scale);
+    if (fuse_dkv) {
+      if (const cudaError_t e = set_smem(&ws1_sm90_attn_bwd_dkv<2>); e != cudaSuccess) return e;
+      ws1_sm90_attn_bwd_dkv<2><<<grid, 128, kBwdSmem, stream>>>(q, k, v, dout, lse, delta, kblocks, dk, dv, hq, hkv,
+                                                                scale_log2, scale);
+    } else {
+      if (const cudaError_t e = set_smem(&ws1_sm90_attn_bwd_dkv<0>); e != cudaSuccess) return e;
+      if (const cudaError_t e = set_smem(&ws1_sm90_attn_bwd_dkv<1>); e != cudaSuccess) return e;
+      ws1_sm90_attn_bwd_dkv<0><<<grid, 128, kBwdSmem, stream>>>(q, k, v, dout, lse, delta, kblocks, dv, nullptr, hq,
+                                                                hkv, scale_log2, scale);
+      ws1_sm90_attn_bwd_dkv<1><<<grid, 128, kBwdSmem, stream>>>(q, k, v, dout, lse, delta, kblocks, dk, nullptr, hq,
+                                                                hkv, scale_log2, scale);
+    }
   }
   return cudaGetLastError();
 }
@@ -392,10 +432,12 @@ cudaError_t attn_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
 int attn_bwd_infos(KernelInfo* out, int cap) {
   using namespace attn_detail;
   const void* fns[] = {reinterpret_cast<const void*>(&ws1_sm90_attn_bwd_dq),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_bwd_dkv<false>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_bwd_dkv<true>)};
-  const char* names[] = {"ws1_sm90_attn_bwd_dq", "ws1_sm90_attn_bwd_dv", "ws1_sm90_attn_bwd_dk"};
-  return fill_kernel_infos(out, cap, fns, names, 3);
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_bwd_dkv<0>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_bwd_dkv<1>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_bwd_dkv<2>)};
+  const char* names[] = {"ws1_sm90_attn_bwd_dq", "ws1_sm90_attn_bwd_dv", "ws1_sm90_attn_bwd_dk",
+                         "ws1_sm90_attn_bwd_dkv"};
+  return fill_kernel_infos(out, cap, fns, names, 4);
 }
 
 }  // namespace ws1::sm90

@@ -106,11 +106,12 @@ int attn_fwd_infos(KernelInfo* out, int cap);
 // dk and dv [T, hkv, d] (the caller zeroes dk and dv: rows of no sample stay 0), from the forward's lse and the
 // tables: blocks (the forward's row blocks at 64-row blocks, n_blocks of them) and kblocks int32 [n_kblocks, 3] =
 // (the sample's first row, its length, the key block's index in it), one per 64 keys of every sample. delta: an fp32
-// workspace of T * hq values. Head dim 128 and a group dividing 64 (attn_fwd_supported at 64 rows).
+// workspace of T * hq values. Head dim 128 and a group dividing 64 (attn_fwd_supported at 64 rows). fuse_dkv: dK and
+// dV in one walk over the row blocks (one kernel) instead of one kernel each; the same bits either way.
 cudaError_t attn_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout, const float* lse,
                      const int32_t* key_base, const int32_t* n_keys, const int32_t* blocks, int64_t n_blocks,
                      const int32_t* kblocks, int64_t n_kblocks, float* delta, bf16* dq, bf16* dk, bf16* dv,
-                     int64_t tokens, int hq, int hkv, int d, float scale, cudaStream_t stream);
+                     int64_t tokens, int hq, int hkv, int d, float scale, bool fuse_dkv, cudaStream_t stream);
 int attn_bwd_infos(KernelInfo* out, int cap);
 
 }  // namespace ws1::sm90

@@ -298,7 +298,7 @@ std::tuple<Tensor, Tensor> attn_fwd_meta(const Tensor& q, const Tensor&, const T
 std::tuple<Tensor, Tensor, Tensor> attn_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                                             const Tensor& dout, const Tensor& lse, const Tensor& key_base,
                                             const Tensor& n_keys, const Tensor& blocks, const Tensor& kblocks,
-                                            double scale) {
+                                            double scale, bool fuse_dkv) {
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}, {"o", &o},
                                 {"dout", &dout}}) {
     check_bf16("sm90.attn_bwd", name, *t);
@@ -333,13 +333,13 @@ std::tuple<Tensor, Tensor, Tensor> attn_bwd(const Tensor& q, const Tensor& k, co
                                    blocks.data_ptr<int32_t>(), blocks.size(0), kblocks.data_ptr<int32_t>(),
                                    kblocks.size(0), delta.data_ptr<float>(), bf_mut(dq), bf_mut(dk), bf_mut(dv), t,
                                    static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(d),
-                                   static_cast<float>(scale), at::cuda::getCurrentCUDAStream()));
+                                   static_cast<float>(scale), fuse_dkv, at::cuda::getCurrentCUDAStream()));
   return {dq, dk, dv};
 }
 
 std::tuple<Tensor, Tensor, Tensor> attn_bwd_meta(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
                                                  const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                                 const Tensor&, const Tensor&, double) {
+                                                 const Tensor&, const Tensor&, double, bool) {
   return {at::empty_like(q), at::empty_like(k), at::empty_like(v)};
 }
 
@@ -370,7 +370,7 @@ TORCH_LIBRARY(ws1_sm90, m) {
       "float scale, int schedule) -> (Tensor, Tensor)");
   m.def(
       "attn_bwd(Tensor q, Tensor k, Tensor v, Tensor o, Tensor dout, Tensor lse, Tensor key_base, Tensor n_keys, "
-      "Tensor blocks, Tensor kblocks, float scale) -> (Tensor, Tensor, Tensor)");
+      "Tensor blocks, Tensor kblocks, float scale, bool fuse_dkv=False) -> (Tensor, Tensor, Tensor)");
   m.def(
       "wgrad(Tensor dy, Tensor x, Tensor table, int n_blocks, Tensor(a!) main_grad, Tensor? dy_lo=None, "
       "int consumers=1, int stage_rows=64) -> ()");

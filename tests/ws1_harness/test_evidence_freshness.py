@@ -23,7 +23,8 @@ KNOWN_STALE: dict[str, str] = {
     "merged-h100-4e94edc/cuda_bf16_sm90": (
         "csrc/sm90/attention_bwd_sm90.cu at bb0d205 finds a row's token and head by a shift and a mask instead of a "
         "division by the (power-of-two) query group: the same arithmetic, so the same bits; the backward's GPU tests "
-        "passed at bb0d205 on an H100 (attention-sm90-h100-4e94edc/call-bb0d205). The next merged run replaces it"
+        "passed at bb0d205 on an H100 (attention-sm90-h100-4e94edc/call-bb0d205). Since then the same file also holds "
+        "dK and dV in one walk, an unwired variant (FUSE_DKV off) not yet run on a GPU. The next merged run replaces it"
     ),
 }
 

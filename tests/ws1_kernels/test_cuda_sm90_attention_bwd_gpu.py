@@ -54,6 +54,7 @@ def test_the_extension_lists_the_backward_kernels_without_spills() -> None:
         "ws1_sm90_attn_bwd_dq",
         "ws1_sm90_attn_bwd_dv",
         "ws1_sm90_attn_bwd_dk",
+        "ws1_sm90_attn_bwd_dkv",
     ):
         assert name in found and found[name]["local_bytes"] == 0 and not found[name]["error"], found.get(name)
 
@@ -145,6 +146,24 @@ def test_the_control_a_missing_key_block_is_seen() -> None:
     _, dk, _ = _grads(t, ctx)
     with pytest.raises(AssertionError):
         assert_bitwise("dk", dk_cut, dk)
+
+
+@pytest.mark.parametrize(("lengths", "seed"), [(LENGTHS, 5), ((1024, 77), 6)])
+def test_dk_and_dv_in_one_walk_give_the_bits_of_one_kernel_each(lengths: tuple[int, ...], seed: int) -> None:
+    ctx, t = _call(lengths, seed)
+    o, lse = _forward(t, ctx)
+    args = (t["q"], t["k"], t["v"], o, t["dout"], lse, SCALE, ctx)
+    fused, apart = att.hopper_backward(*args, fuse_dkv=True), att.hopper_backward(*args, fuse_dkv=False)
+    for name, a, b in zip(("dq", "dk", "dv"), fused, apart, strict=True):
+        assert_bitwise(name, a, b)
+    # the control: the fused walk without the last key block leaves that block's dK and dV at zero, and is seen
+    tab = generic._tables(ctx, t["q"].shape[0], t["q"].device, 64 // (HQ // HKV))
+    kb = att.key_blocks(ctx, t["q"].device)[:-1].contiguous()
+    cut = torch.ops.ws1_sm90.attn_bwd(
+        t["q"], t["k"], t["v"], o, t["dout"], lse, tab.key_base, tab.n_keys, tab.blocks, kb, SCALE, True
+    )
+    with pytest.raises(AssertionError):
+        assert_bitwise("dv", cut[2], apart[2])
 
 
 def test_the_backward_is_identical_run_to_run() -> None:

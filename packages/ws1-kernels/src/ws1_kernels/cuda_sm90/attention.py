@@ -31,6 +31,10 @@ KERNEL = "ws1.cuda_sm90.attention.wgmma_fwd"
 BWD_KERNEL = "ws1.cuda_sm90.attention.wgmma_bwd"
 #: keys a key block of the backward's dK/dV CTA (the forward's logical key block)
 KEY_BLOCK = 64
+#: the backward's dK and dV in one walk over the row blocks (one kernel: S^T, the tile loads and P^T once for both)
+#: rather than one kernel each. The same bits either way (a GPU test compares them); a speed choice, off until it is
+#: measured on a GPU (it has not run on one yet; 254 registers, no spills)
+FUSE_DKV = False
 #: query rows a CTA of the row-block path takes: one consumer warpgroup of 64 (16 tokens x a group of 4). Two
 #: warpgroups of 64 sharing each key block (128) were 2-6% slower on the H200 (ci/attn_sm90_variants.py, 4096-16384
 #: tokens): with 64, two CTAs share an SM and progress independently. Every choice gives the same bits
@@ -92,15 +96,27 @@ def hopper_backward(
     lse: torch.Tensor,
     scale: float,
     ctx: LayoutContext,
+    fuse_dkv: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv)`` by the Hopper backward (``ws1_sm90.attn_bwd``) for a training call at 64-row blocks (the
-    forward's row blocks and ``key_blocks``)."""
+    forward's row blocks and ``key_blocks``); ``fuse_dkv`` None for the wired choice (``FUSE_DKV``)."""
     if any(seg.first_position > 0 for seg in ctx.segments):
         raise KernelInputError("cuda_bf16_sm90.attention: no backward for a call with a kv prefix")
     hq, hkv = q.shape[1], k.shape[1]
     t = generic._tables(ctx, q.shape[0], q.device, 64 // (hq // hkv))
     return torch.ops.ws1_sm90.attn_bwd(
-        q, k, v, o, dout.contiguous(), lse, t.key_base, t.n_keys, t.blocks, key_blocks(ctx, q.device), scale
+        q,
+        k,
+        v,
+        o,
+        dout.contiguous(),
+        lse,
+        t.key_base,
+        t.n_keys,
+        t.blocks,
+        key_blocks(ctx, q.device),
+        scale,
+        FUSE_DKV if fuse_dkv is None else fuse_dkv,
     )
 
 
