@@ -1,5 +1,5 @@
 // Causal GQA attention backward on Hopper (profile cuda_bf16_sm90): wgmma, bf16 in, fp32 accumulators, no atomics.
-// Training calls only (whole samples, no kv prefix). Three kernels, in this order on the stream:
+// Training calls only (whole samples, no kv prefix). Three kernels (two with fuse_dkv), in this order on the stream:
 //   - dQ: a CTA per row block of the forward's rule (consecutive tokens of one sample x the group's heads, 64
 //     rows), walking the sample's keys in logical blocks of 64 from position 0, twice. Both passes: S = Q K^T and
 //     dP = dO V^T (wgmma, both operands from shared memory), p = exp2(s scale log2e - lse log2e) where the key is
@@ -10,7 +10,8 @@
 //     that see the keys in ascending order (blocks of 64 / G tokens aligned to the sample's first token):
 //     S^T = K Q^T, P^T as above; dV += (P^T hi + lo) dO; for dK also dP^T = V dO^T, dS^T = P^T (dP^T - delta), and
 //     dK += (dS^T hi + lo) Q. The group's heads are rows of each row block, so both sum over them inside the MMA's
-//     fixed reduction.
+//     fixed reduction. Or (fuse_dkv) both in one walk, one launch, the same operations per accumulator: the same
+//     bits.
 // Why delta from p dP and not rowsum(dO . O), the usual flash backward's: O was rounded to bf16, and its P to bf16
 // before P V, so dO . O is not the sum of p dP that the softmax's gradient needs; on the GPU tests' fixture that
 // put 138 dK elements past the contract's gradient tolerance (max 0.046 against 0.012 + 1/64 |ref|), and the bf16
