@@ -111,9 +111,7 @@ __global__ void __launch_bounds__(128)
   Tensor sdO = make_tensor(make_smem_ptr(smem.t[1].begin()), SmemQ{});
 
   const int g = static_cast<int>(blockIdx.y), group = hq / hkv, tid = threadIdx.x;
-  // the group divides 64 (attn_fwd_supported), so it is a power of two: a row's token and head by a shift and a
-  // mask (a runtime division costs about 20 instructions, and the copies and the visibility test take one a value)
-  const int gs = 31 - __clz(group), gm = group - 1;
+  const int gs = group_shift(group), gm = group - 1;
   const int bi = static_cast<int>(gridDim.x - 1 - blockIdx.x);
   const int t0 = blocks[3 * bi], tokens = blocks[3 * bi + 1], key_count = blocks[3 * bi + 2];
   const int base = tokens > 0 ? key_base[t0] : 0;
@@ -255,9 +253,7 @@ __global__ void __launch_bounds__(128)
   Tensor sV = make_tensor(make_smem_ptr(smem.t[1].begin()), SmemQ{});
 
   const int g = static_cast<int>(blockIdx.y), group = hq / hkv, tid = threadIdx.x;
-  // the group divides 64 (attn_fwd_supported), so it is a power of two: a row's token and head by a shift and a
-  // mask (a runtime division costs about 20 instructions, and the copies and the visibility test take one a value)
-  const int gs = 31 - __clz(group), gm = group - 1;
+  const int gs = group_shift(group), gm = group - 1;
   const int s0 = kblocks[3 * blockIdx.x], len = kblocks[3 * blockIdx.x + 1], kb = kblocks[3 * blockIdx.x + 2];
   const int tb = (kWgRows >> gs);  // tokens a row block
   const int lane = tid % 32, quad = lane / 4, pair = (lane % 4) * 2;

@@ -27,6 +27,11 @@ using SmemQt = decltype(cute::composition(
     SmemQ{}, cute::make_layout(cute::Shape<cute::Int<kD>, cute::Int<kWgRows>>{},
                                cute::Stride<cute::Int<kWgRows>, cute::_1>{})));
 
+// A query group divides 64 (attn_fwd_supported), so it is a power of two: a row's token is row >> group_shift(G)
+// and its head in the group row & (G - 1). A runtime division costs about 20 instructions, and the backward's tile
+// copies and visibility tests take one a value.
+__device__ __forceinline__ int group_shift(int group) { return 31 - __clz(group); }
+
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (the lower address), .y = hi
   return *reinterpret_cast<const uint32_t*>(&v);
