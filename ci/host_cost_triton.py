@@ -18,7 +18,8 @@
   autograd wrapper and aliasing check run on every call), for comparison in the same process;
 - `candidate det_gemm`: the training candidate under no_grad (validation, layout context, then the same launch);
 - `step op <op>` for every other step op at one decode row of the 8B model (embedding, norm, rope, attention over
-  2048 cached keys, swiglu, logp over the full vocabulary): the host cost target covers every op call, and with the
+  2048 cached keys, swiglu, logp over the full vocabulary; and rope's two parts, which the step path calls: the
+  angles once a step, the rotation for q and k of every layer): the host cost target covers every op call, and with the
   C++ path built each of them replays (`step_native` in the output counts the hits).
 
 Then a cProfile of 2000 `gemm_forward_raw` calls (the step path's GEMM), by own time: the functions that take the host's time.
@@ -114,10 +115,20 @@ def _other_step_ops(dev: str, ops: StepOps, gen: torch.Generator) -> dict[str, o
     n_keys = torch.full((1,), cached, dtype=torch.int32, device=dev)
     pos = torch.full((1,), cached - 1, dtype=torch.int64, device=dev)
     gate, up, logits = rnd(1, inter), rnd(1, inter), rnd(1, vocab)
+    split_rope = {}
+    if (
+        ops.rope_angles is not None and ops.rope_rotate is not None
+    ):  # the step path's rope: angles once a step
+        table = ops.rope_angles(pos, 1e6, d)
+        split_rope = {
+            "step op rope_angles (once a step)": lambda: ops.rope_angles(pos, 1e6, d),
+            "step op rope_rotate (q and k of every layer)": lambda: ops.rope_rotate(q, table),
+        }
     return {
         "step op embedding": lambda: ops.embedding(ids, table),
         "step op norm": lambda: ops.norm(x, w_norm, 1e-6),
         "step op rope": lambda: ops.rope(q, pos, 1e6),
+        **split_rope,
         "step op attention": lambda: ops.attention(q, k_slab, v_slab, base, n_keys, d**-0.5),
         "step op swiglu": lambda: ops.swiglu(gate, up),
         "step op logp": lambda: ops.logp(logits, ids),

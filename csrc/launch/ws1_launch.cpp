@@ -279,6 +279,17 @@ Tensor rope(const Tensor& x, const Tensor& positions, double theta) {
   return fast(4, {x, positions}, {theta}, [&] { return py.call(x, positions, theta); });
 }
 
+// rope in two parts (the step path makes the angles once per step): the table alone, keyed by its int as a double
+Tensor rope_angles(const Tensor& positions, double theta, int64_t dim) {
+  static const auto py = twin<Tensor(const Tensor&, double, int64_t)>("ws1_triton::rope_angles_py");
+  return fast(8, {positions}, {theta, static_cast<double>(dim)}, [&] { return py.call(positions, theta, dim); });
+}
+
+Tensor rope_rotate(const Tensor& x, const Tensor& table) {
+  static const auto py = twin<T2>("ws1_triton::rope_rotate_py");
+  return fast(9, {x, table}, {}, [&] { return py.call(x, table); });
+}
+
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_base, const Tensor& n_keys,
                  double scale) {
   static const auto py = twin<T5F>("ws1_triton::attention_py");
@@ -460,6 +471,8 @@ TORCH_LIBRARY_IMPL(ws1_triton, CUDA, m) {
   m.impl("attention", &attention);
   m.impl("swiglu", &swiglu);
   m.impl("logp", &logp);
+  m.impl("rope_angles", &rope_angles);
+  m.impl("rope_rotate", &rope_rotate);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

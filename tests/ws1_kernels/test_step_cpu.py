@@ -7,6 +7,7 @@ negative control that shifts every row's key count by one."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 import torch
@@ -18,6 +19,8 @@ from step_support import REFERENCE_STEP_OPS, packed_logits, run_steps, sequences
 from ws1_kernels import KernelInputError  # noqa: E402
 from ws1_kernels.integrations import qwen3  # noqa: E402
 from ws1_kernels.integrations.step import SlabCache, StepPlan, plan_rows, step_ops  # noqa: E402
+from ws1_kernels.rope_math import rope_tables, rotate  # noqa: E402
+from ws1_kernels.step_ops import StepOps  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +138,52 @@ def test_the_hopper_step_ops_are_the_generic_ones_with_the_hopper_gemm_logp_and_
     ]
     assert same == ["embedding", "norm", "rope", "swiglu"]
     assert hopper.namespaces == ("ws1", "ws1_sm90")
+
+
+def _counting_ops(split: bool) -> tuple[StepOps, dict[str, int]]:
+    """The reference ops with every rope call, and every step (one embedding a step), counted; ``split``: rope in
+    two parts, the angles (cos and sin of ``rope_tables``) then the rotation."""
+    calls = {"step": 0, "rope": 0, "angles": 0, "rotate": 0}
+    ref = REFERENCE_STEP_OPS
+
+    def count(name: str, fn: Any) -> Any:
+        def counted(*args: Any) -> Any:
+            calls[name] += 1
+            return fn(*args)
+
+        return counted
+
+    split_ops: dict[str, Any] = {}
+    if split:
+        split_ops = {
+            "rope_angles": count("angles", lambda pos, theta, dim: torch.stack(rope_tables(pos, dim, theta))),
+            "rope_rotate": count("rotate", lambda x, t: rotate(x.float(), t[0], t[1]).to(x.dtype)),
+        }
+    ops = dataclasses.replace(
+        ref, embedding=count("step", ref.embedding), rope=count("rope", ref.rope), **split_ops
+    )
+    return ops, calls
+
+
+def test_a_split_rope_makes_its_angles_once_per_step(model) -> None:  # type: ignore[no-untyped-def]
+    """With ``rope_angles``/``rope_rotate`` the step makes the table once and rotates q and k of every layer with
+    it, the same rows as ``rope`` per call."""
+    seqs = sequences(model.lm_head.weight.shape[0], "cpu")
+    ops, calls = _counting_ops(split=True)
+    got = run_steps(model, ops, seqs)
+    layers = len(model.model.layers)
+    assert calls["step"] > 1 and calls["rope"] == 0
+    assert calls["angles"] == calls["step"] and calls["rotate"] == 2 * layers * calls["step"]
+    assert _close(got, run_steps(model, REFERENCE_STEP_OPS, seqs)) == 0.0
+
+
+def test_the_control_an_unsplit_rope_is_called_for_q_and_k_of_every_layer(model) -> None:  # type: ignore[no-untyped-def]
+    seqs = sequences(model.lm_head.weight.shape[0], "cpu")
+    ops, calls = _counting_ops(split=False)
+    run_steps(model, ops, seqs)
+    assert calls["angles"] == 0 and calls["rope"] == 2 * len(model.model.layers) * calls["step"] > 0
+
+
+def test_a_half_split_rope_is_refused() -> None:
+    with pytest.raises(ValueError, match="rope_angles and rope_rotate come together"):
+        dataclasses.replace(REFERENCE_STEP_OPS, rope_angles=lambda p, t, d: p)

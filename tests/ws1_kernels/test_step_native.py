@@ -346,3 +346,22 @@ def test_an_undeclared_table_keeps_rope_on_python(monkeypatch: pytest.MonkeyPatc
     out, inputs, watch, launched = _real_call("rope", monkeypatch)
     with pytest.raises(NotReplayable, match="neither an input, the output"):
         _kinds(out, inputs, watch, launched)
+
+
+def _cuda_impls(source: str) -> set[str]:
+    """The op names of the module's ``TORCH_LIBRARY_IMPL(ws1_triton, CUDA)`` block."""
+    import re
+
+    block = source.split("TORCH_LIBRARY_IMPL(ws1_triton, CUDA, m) {", 1)[1].split("}", 1)[0]
+    return set(re.findall(r'm\.impl\("(\w+)"', block))
+
+
+def test_the_native_op_list_is_the_modules_own() -> None:
+    """``NATIVE_OPS`` decides which ops get a ``_py`` twin; an op the C++ block implements without one (or the
+    reverse) fails at import on the GPU. The control: the block with one line dropped is seen."""
+    from pathlib import Path
+
+    source = (Path(__file__).parents[2] / "csrc" / "launch" / "ws1_launch.cpp").read_text()
+    assert _cuda_impls(source) == set(native.NATIVE_OPS)
+    dropped = source.replace('  m.impl("rope_rotate", &rope_rotate);\n', "")
+    assert dropped != source and _cuda_impls(dropped) != set(native.NATIVE_OPS)

@@ -49,6 +49,12 @@ INPUTS: dict[str, Callable[[int], tuple[Any, ...]]] = {
     "swiglu": lambda m: (_bf(m, 12288, seed=m), _bf(m, 12288, seed=m + 1)),
     # rope passes its cos/sin table (a scratch buffer of the call) and the inverse-frequency table (a constant)
     "rope": lambda m: (_bf(m, 8, 128, seed=m), torch.arange(m, device="cuda"), 1e6),
+    # rope in two parts: the table alone (the inverse-frequency constant, its int dim as a key), then the rotation
+    "rope_angles": lambda m: (torch.arange(m, device="cuda") * 3, 1e6, 128),
+    "rope_rotate": lambda m: (
+        _bf(m, 8, 128, seed=m),
+        torch.randn(m, 2, 64, generator=_gen(m + 7), device="cuda", dtype=torch.float32),
+    ),
     # logp passes its log-sum-exp buffer (scratch) besides the output
     "logp": lambda m: (
         _bf(m, 151936, seed=m),
@@ -156,3 +162,18 @@ def test_a_recipe_the_kernel_disagrees_with_is_refused(monkeypatch: pytest.Monke
     hits = native.stats()["hits"]
     OPS.linear(*args)
     assert native.stats()["hits"] == hits + 1
+
+
+def test_the_split_rope_replays_rope_bits() -> None:
+    """The step path's rope (``rope_angles`` once, ``rope_rotate`` for q and k) on replays gives ``rope``'s bits:
+    the same two kernels, the same arguments."""
+    x, pos, theta = _bf(6, 8, 128, seed=40), torch.arange(100, 106, device="cuda"), 1e6
+    want = OPS.rope_py(x, pos, theta)
+    for _ in range(2):  # the first call of each key records it
+        out = OPS.rope_rotate(x, OPS.rope_angles(pos, theta, 128))
+    hits = native.stats()["hits"]
+    out = OPS.rope_rotate(x, OPS.rope_angles(pos, theta, 128))
+    assert native.stats()["hits"] == hits + 2, torch.ops.ws1_launch.last_refusal()
+    assert torch.equal(_bits(out), _bits(want))
+    # the control: the table of positions one further on gives other bits
+    assert not torch.equal(_bits(OPS.rope_rotate(x, OPS.rope_angles(pos + 1, theta, 128))), _bits(want))

@@ -94,6 +94,8 @@ def _op_samples() -> dict[str, tuple]:
         "norm": (torch.randn((3, 2, 16), generator=g), torch.randn((16,), generator=g), 1e-6),
         "linear": (x, torch.randn((24, 32), generator=g)),
         "rope": (torch.randn((3, 2, 16), generator=g), torch.tensor([0, 5, 9]), 1e6),
+        "rope_angles": (torch.tensor([0, 5, 9]), 1e6, 16),
+        "rope_rotate": (torch.randn((3, 2, 16), generator=g), torch.randn((3, 2, 8), generator=g)),
         "attention": (
             torch.randn((2, HQ, D), generator=g),
             torch.randn((2 * MAX_LEN, HKV, D), generator=g),

@@ -25,8 +25,30 @@ class StepOps:
     ]
     swiglu: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     logp: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # logits [T,V], targets [T] -> fp32 [T]
+    #: rope in two parts, for a profile whose rope is two kernels (the angles' cos/sin table, then the rotation):
+    #: ``rope_angles(positions [T], theta, head_dim) -> table``, made once per step, and ``rope_rotate(x, table)``
+    #: for q and k of every layer. Why: the table depends on the step's positions alone, so making it 72 times a
+    #: step (q and k of 36 layers) was 71 wasted launches and host calls. None: ``rope`` on every call (a profile
+    #: whose rope is one kernel)
+    rope_angles: Callable[[torch.Tensor, float, int], torch.Tensor] | None = None
+    rope_rotate: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     #: the torch library namespaces of the ops (``torch.ops.<namespace>.*``): the op watch of a rollout on the
     #: step path allows these and the step's glue, nothing else
     namespaces: tuple[str, ...] = ()
     #: kernel ids the ops may record beyond those the profile's candidates declare (a step-only kernel)
     kernels: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if (self.rope_angles is None) != (self.rope_rotate is None):
+            raise ValueError("StepOps: rope_angles and rope_rotate come together (or neither)")
+
+    def rope_of(
+        self, positions: torch.Tensor, theta: float, head_dim: int
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The step's rope, ``x -> rotated x`` at ``positions``: the angles made here, once, where the profile
+        splits rope; else each call is ``rope``."""
+        if self.rope_angles is not None and self.rope_rotate is not None:
+            table, rotate = self.rope_angles(positions, theta, head_dim), self.rope_rotate
+            return lambda x: rotate(x, table)
+        rope = self.rope
+        return lambda x: rope(x, positions, theta)

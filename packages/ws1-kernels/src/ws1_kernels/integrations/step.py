@@ -234,13 +234,15 @@ def step_forward(
     t = token_ids.shape[0]
     scale = w.head_dim**-0.5
     x = ops.embedding(token_ids, w.embed)
+    # the angles once per step, where the profile splits rope
+    rope = ops.rope_of(plan.positions, w.theta, w.head_dim)
     for i, lw in enumerate(w.layers):
         h = ops.norm(x, lw["ln1"], w.eps)
         q = ops.linear(h, lw["q"]).reshape(t, w.heads, w.head_dim)
         k = ops.linear(h, lw["k"]).reshape(t, w.kv_heads, w.head_dim)
         v = ops.linear(h, lw["v"]).reshape(t, w.kv_heads, w.head_dim)
-        q = ops.rope(ops.norm(q, lw["qn"], w.eps), plan.positions, w.theta)
-        k = ops.rope(ops.norm(k, lw["kn"], w.eps), plan.positions, w.theta)
+        q = rope(ops.norm(q, lw["qn"], w.eps))
+        k = rope(ops.norm(k, lw["kn"], w.eps))
         k_slabs[i].index_copy_(0, plan.rows, k)
         v_slabs[i].index_copy_(0, plan.rows, v)
         a = ops.attention(q, k_slabs[i], v_slabs[i], plan.key_base, plan.n_keys, scale)

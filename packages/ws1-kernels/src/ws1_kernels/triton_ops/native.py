@@ -47,7 +47,17 @@ import torch
 KIND_INPUT, KIND_OUTPUT, KIND_I32, KIND_I64, KIND_F32, KIND_NULL, KIND_SCRATCH, KIND_CONST = range(8)
 
 #: the step ops the C++ module implements (its ``TORCH_LIBRARY_IMPL(ws1_triton, CUDA)`` list)
-NATIVE_OPS = ("embedding", "norm", "linear", "rope", "attention", "swiglu", "logp")
+NATIVE_OPS = (
+    "embedding",
+    "norm",
+    "linear",
+    "rope",
+    "attention",
+    "swiglu",
+    "logp",
+    "rope_angles",
+    "rope_rotate",
+)
 
 #: the module's import name (built by ``csrc/launch/setup.py``)
 EXTENSION = "ws1_launch_ext"

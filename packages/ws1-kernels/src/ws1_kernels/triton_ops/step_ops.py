@@ -29,7 +29,8 @@ from .embedding import gather_launch
 from .gemm import gemm_forward_raw
 from .logprob import LOGP_TILES, _logp_fwd
 from .norm import norm_launch
-from .pointwise import rope_launch, swiglu_launch
+from .pointwise import rope_launch, rope_table, swiglu_launch
+from .pointwise import rope_rotate as rotate_by_table
 
 __all__ = ["STEP_OPS"]
 
@@ -65,6 +66,23 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotary embedding of ``x [T,Nh,D]`` at int64 ``positions [T]``."""
     return rope_launch(x, positions, theta)
+
+
+@inference_op(
+    "rope_angles(Tensor positions, float theta, int dim) -> Tensor",
+    lambda positions, theta, dim: positions.new_empty((positions.shape[0], 2, dim // 2), dtype=torch.float32),
+)
+def rope_angles(positions: torch.Tensor, theta: float, dim: int) -> torch.Tensor:
+    """rope's first kernel alone: the ``[T, 2, dim / 2]`` fp32 cos/sin table at int64 ``positions [T]``, made once
+    per step and read by ``rope_rotate`` for q and k of every layer."""
+    return rope_table(positions, theta, dim)
+
+
+@inference_op("rope_rotate(Tensor x, Tensor table) -> Tensor", _like)
+def rope_rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """rope's second kernel alone: ``x [T,Nh,D]`` rotated by ``rope_angles``' table; with ``rope_angles`` the very
+    kernels and arguments of ``rope``, so the same bits."""
+    return rotate_by_table(x, table)
 
 
 @inference_op(
@@ -107,6 +125,8 @@ STEP_OPS = StepOps(
     norm=lambda x, w, eps: _ops.norm(x, w, eps),
     linear=lambda x, w: _ops.linear(x, w),
     rope=lambda x, positions, theta: _ops.rope(x, positions, theta),
+    rope_angles=lambda positions, theta, dim: _ops.rope_angles(positions, theta, dim),
+    rope_rotate=lambda x, table: _ops.rope_rotate(x, table),
     attention=lambda q, k, v, key_base, n_keys, scale: _ops.attention(q, k, v, key_base, n_keys, scale),
     swiglu=lambda gate, up: _ops.swiglu(gate, up),
     logp=lambda logits, targets: _ops.logp(logits, targets),
