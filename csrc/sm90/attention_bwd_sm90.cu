@@ -23,6 +23,7 @@
 #include <climits>
 
 #include "attention_sm90.cuh"
+#include "kernel_attrs.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
 #include "cutlass/cutlass.h"
@@ -385,9 +386,10 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-template <class Kernel>
-cudaError_t set_smem(Kernel* kernel) {
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBwdSmem);
+// once per device (kernel_attrs.cuh); two CTAs an SM fit at the default carveout
+template <auto kKernel>
+cudaError_t set_smem() {
+  return configure_smem_once<kKernel>(kBwdSmem, false);
 }
 
 }  // namespace attn_detail
@@ -403,7 +405,7 @@ cudaError_t attn_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
   (void)o;  // delta comes from the backward's own p and dP (the dQ kernel's first pass), not from O
   const float scale_log2 = scale * kLog2e;
   if (n_blocks > 0) {
-    if (const cudaError_t e = set_smem(&ws1_sm90_attn_bwd_dq); e != cudaSuccess) return e;
+    if (const cudaError_t e = set_smem<&ws1_sm90_attn_bwd_dq>(); e != cudaSuccess) return e;
     ws1_sm90_attn_bwd_dq<<<dim3(static_cast<unsigned>(n_blocks), static_cast<unsigned>(hkv)), 128, kBwdSmem,
                            stream>>>(q, k, v, dout, lse, delta, key_base, n_keys, blocks, dq, hq, hkv, scale_log2,
                                      scale);
@@ -411,12 +413,12 @@ cudaError_t attn_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
   if (n_kblocks > 0) {
     const dim3 grid(static_cast<unsigned>(n_kblocks), static_cast<unsigned>(hkv));
     if (fuse_dkv) {
-      if (const cudaError_t e = set_smem(&ws1_sm90_attn_bwd_dkv<2>); e != cudaSuccess) return e;
+      if (const cudaError_t e = set_smem<&ws1_sm90_attn_bwd_dkv<2>>(); e != cudaSuccess) return e;
       ws1_sm90_attn_bwd_dkv<2><<<grid, 128, kBwdSmem, stream>>>(q, k, v, dout, lse, delta, kblocks, dk, dv, hq, hkv,
                                                                 scale_log2, scale);
     } else {
-      if (const cudaError_t e = set_smem(&ws1_sm90_attn_bwd_dkv<0>); e != cudaSuccess) return e;
-      if (const cudaError_t e = set_smem(&ws1_sm90_attn_bwd_dkv<1>); e != cudaSuccess) return e;
+      if (const cudaError_t e = set_smem<&ws1_sm90_attn_bwd_dkv<0>>(); e != cudaSuccess) return e;
+      if (const cudaError_t e = set_smem<&ws1_sm90_attn_bwd_dkv<1>>(); e != cudaSuccess) return e;
       ws1_sm90_attn_bwd_dkv<0><<<grid, 128, kBwdSmem, stream>>>(q, k, v, dout, lse, delta, kblocks, dv, nullptr, hq,
                                                                 hkv, scale_log2, scale);
       ws1_sm90_attn_bwd_dkv<1><<<grid, 128, kBwdSmem, stream>>>(q, k, v, dout, lse, delta, kblocks, dk, nullptr, hq,

@@ -25,7 +25,6 @@
 //     past the tensor. Their scores are masked by the select; their values are zeroed in shared memory (behind a
 //     proxy fence and a barrier of the consumers) before P V, so 0 x inf or 0 x NaN never reaches a real row.
 // No split of the key range, no atomics: one writer per output element.
-#include <atomic>
 #include <climits>
 #include <type_traits>
 
@@ -34,6 +33,7 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/device_kernel.h"
 #include "attention_sm90.cuh"
+#include "kernel_attrs.cuh"
 #include "ws1_sm90.h"
 
 namespace ws1::sm90 {
@@ -417,22 +417,11 @@ cudaError_t launch(const bf16* q, const bf16* k, const bf16* v, const int32_t* k
   const typename C::Tma tv = kv_tma<kStages>(v, kv_rows, hkv);
   auto* kernel = &ws1_sm90_attn_fwd<W, kStages, kLoop, kQRegs>;
   constexpr int kSmem = static_cast<int>(sizeof(typename C::SharedStorage));
-  // The attributes belong to the device's context: set once per device (a bit per device below 32), not per call,
-  // since the step path calls this 36 times a decode step and each set costs host time. A race sets them twice,
-  // which is harmless.
-  static std::atomic<uint32_t> configured{0};
-  const uint32_t bit = device < 32 ? (1u << device) : 0u;
-  if (bit == 0 || (configured.load(std::memory_order_relaxed) & bit) == 0) {
-    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-        e != cudaSuccess)
-      return e;
-    // the most shared memory per SM, so that two one-warpgroup CTAs fit (ncu saw one CTA an SM, limited by shared
-    // memory too, without it)
-    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-        e != cudaSuccess)
-      return e;
-    configured.fetch_or(bit, std::memory_order_relaxed);
-  }
+  // once per device (kernel_attrs.cuh); the most shared memory per SM, so that two one-warpgroup CTAs fit (ncu saw
+  // one CTA an SM, limited by shared memory too, without it)
+  if (const cudaError_t e = configure_smem_once<&ws1_sm90_attn_fwd<W, kStages, kLoop, kQRegs>>(kSmem, true, device);
+      e != cudaSuccess)
+    return e;
   const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(hkv));
   kernel<<<grid, C::kThreads, kSmem, stream>>>(tk, tv, q, key_base, n_keys, blocks, o, lse, kv_rows, hq, hkv,
                                                scale * kLog2e);

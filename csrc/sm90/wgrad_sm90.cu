@@ -28,6 +28,7 @@
 #include "cutlass/arch/barrier.h"
 #include "cutlass/cutlass.h"
 #include "cutlass/device_kernel.h"
+#include "kernel_attrs.cuh"
 #include "ws1_sm90.h"
 
 namespace ws1::sm90 {
@@ -203,11 +204,8 @@ cudaError_t launch_wgmma(const bf16* gathered_dy, const bf16* gathered_x, float*
   const typename C::TmaB tma_b = gathered_tma<C::kTileN, kStageRows, C::kStages>(gathered_x, k, r);
   auto* kernel = &ws1_sm90_wgrad_wgmma<kConsumers, kStageRows>;
   constexpr int kSmem = static_cast<int>(sizeof(typename C::SharedStorage));
-  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      e != cudaSuccess)
-    return e;
-  // the most shared memory per SM, so that the 64 KB variant fits two CTAs
-  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  // once per device (kernel_attrs.cuh); the most shared memory per SM, so that the 64 KB variant fits two CTAs
+  if (const cudaError_t e = configure_smem_once<&ws1_sm90_wgrad_wgmma<kConsumers, kStageRows>>(kSmem, true);
       e != cudaSuccess)
     return e;
   // x walks main_grad's column tiles and y its row tiles, so the CTAs resident at once share few slabs of dY (the
