@@ -66,6 +66,33 @@ __device__ __forceinline__ void ss_gemm(MmaSS& mma, TA const& a, TB const& b, TC
   warpgroup_fence_operand(c);
 }
 
+// c1 = a1 b1 and c2 = a2 b2 (both from shared memory) in one batch, waited for once: the second GEMM's issue does not
+// wait for the first's result (S and dP of a key block are independent). Each accumulator sees the same k-steps in
+// the same order as with two ss_gemm calls, so the same bits
+template <class TA1, class TB1, class TC1, class TA2, class TB2, class TC2>
+__device__ __forceinline__ void ss_gemm_pair(MmaSS& mma, TA1 const& a1, TB1 const& b1, TC1& c1, TA2 const& a2,
+                                             TB2 const& b2, TC2& c2) {
+  warpgroup_fence_operand(c1);
+  warpgroup_fence_operand(c2);
+  warpgroup_arrive();
+  mma.accumulate_ = GMMA::ScaleOut::Zero;
+#pragma unroll
+  for (int ks = 0; ks < size<2>(a1); ++ks) {
+    gemm(mma, a1(_, _, ks), b1(_, _, ks), c1);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  mma.accumulate_ = GMMA::ScaleOut::Zero;
+#pragma unroll
+  for (int ks = 0; ks < size<2>(a2); ++ks) {
+    gemm(mma, a2(_, _, ks), b2(_, _, ks), c2);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(c1);
+  warpgroup_fence_operand(c2);
+}
+
 // c += hi b + lo b over 64 (4 k-steps each, hi's first), hi and lo from registers, waited for. hi + lo is the fp32
 // probability or dS to about 2^-17 relative, so the gradient GEMMs lose little more than fp32 operands would; bf16
 // alone (the usual flash backward) left a few dK and dV elements past the contract's gradient tolerance
@@ -82,6 +109,32 @@ __device__ __forceinline__ void rs_gemm2(MmaRS& mma, TA& hi, TA& lo, TB const& b
   warpgroup_commit_batch();
   warpgroup_wait<0>();
   warpgroup_fence_operand(c);
+}
+
+// rs_gemm2's c += hi b + lo b, then d = a e from shared memory, in one batch waited for once (the fused dK/dV walk's
+// dV GEMM and dP^T: independent, and each accumulator sees its own k-steps in the same order, so the same bits)
+template <class TA, class TB, class TC, class TS, class TSB, class TD>
+__device__ __forceinline__ void rs_gemm2_then_ss(MmaRS& mma, TA& hi, TA& lo, TB const& b, TC& c, MmaSS& mma_s,
+                                                 TS const& a2, TSB const& b2, TD& d) {
+  warpgroup_fence_operand(hi);
+  warpgroup_fence_operand(lo);
+  warpgroup_fence_operand(c);
+  warpgroup_fence_operand(d);
+  warpgroup_arrive();
+#pragma unroll
+  for (int ks = 0; ks < size<2>(hi); ++ks) gemm(mma, hi(_, _, ks), b(_, _, ks), c);
+#pragma unroll
+  for (int ks = 0; ks < size<2>(lo); ++ks) gemm(mma, lo(_, _, ks), b(_, _, ks), c);
+  mma_s.accumulate_ = GMMA::ScaleOut::Zero;
+#pragma unroll
+  for (int ks = 0; ks < size<2>(a2); ++ks) {
+    gemm(mma_s, a2(_, _, ks), b2(_, _, ks), d);
+    mma_s.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(c);
+  warpgroup_fence_operand(d);
 }
 
 // hi = bf16(acc), lo = bf16(acc - hi), value by value in the accumulator's order (an A fragment's)
@@ -186,8 +239,7 @@ __global__ void __launch_bounds__(128)
     Tensor tK = thr_s.make_fragment_B(thr_s.partition_B(sK));
     Tensor tV = thr_s.make_fragment_B(thr_s.partition_B(sV));
     Tensor tKt = thr_q.make_fragment_B(thr_q.partition_B(sKt));
-    ss_gemm(mma_s, tQ, tK, accS);
-    ss_gemm(mma_s, tdO, tV, accP);
+    ss_gemm_pair(mma_s, tQ, tK, accS, tdO, tV, accP);
     if (!second) {
       // value i: row quad + 8 ((i / 2) % 2), key pair + (i % 2) + 8 (i / 4); this thread's 16 a row, in order
 #pragma unroll
@@ -325,8 +377,12 @@ __global__ void __launch_bounds__(128)
     Tensor tQ = thr_s.make_fragment_B(thr_s.partition_B(sQ));
     Tensor tdO = thr_s.make_fragment_B(thr_s.partition_B(sdO));
     Tensor tB = thr_o.make_fragment_B(thr_o.partition_B(sBt));  // dK's Q^T or dV's dO^T
-    ss_gemm(mma_s, tK, tQ, accS);  // S^T: keys x rows
-    if constexpr (kDK && !kBoth) ss_gemm(mma_s, tV, tdO, accP);  // the fused walk takes dP^T after dV (registers)
+    // S^T: keys x rows (and for dK alone dP^T in the same batch; the fused walk takes dP^T after dV, registers)
+    if constexpr (kDK && !kBoth) {
+      ss_gemm_pair(mma_s, tK, tQ, accS, tV, tdO, accP);
+    } else {
+      ss_gemm(mma_s, tK, tQ, accS);
+    }
     // value i: key quad + 8 ((i / 2) % 2), column (query row of the block) pair + (i % 2) + 8 (i / 4)
     auto visible = [&](int i) {
       const int h = (i / 2) % 2, col = pair + (i % 2) + 8 * (i / 4);
@@ -343,8 +399,7 @@ __global__ void __launch_bounds__(128)
       Tensor sdOt = make_tensor(make_smem_ptr(smem.t[3 + 2 * slot].begin()), SmemQt{});
       Tensor tdOt = thr_o.make_fragment_B(thr_o.partition_B(sdOt));
       split_frag(hi, lo, accS);
-      rs_gemm2(mma_o, hi, lo, tdOt, acc_v);
-      ss_gemm(mma_s, tV, tdO, accP);
+      rs_gemm2_then_ss(mma_o, hi, lo, tdOt, acc_v, mma_s, tV, tdO, accP);
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         const int col = pair + (i % 2) + 8 * (i / 4);
