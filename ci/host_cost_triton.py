@@ -119,10 +119,10 @@ def _other_step_ops(dev: str, ops: StepOps, gen: torch.Generator) -> dict[str, o
     if (
         ops.rope_angles is not None and ops.rope_rotate is not None
     ):  # the step path's rope: angles once a step
-        table = ops.rope_angles(pos, 1e6, d)
+        angles = ops.rope_angles(pos, 1e6, d)
         split_rope = {
             "step op rope_angles (once a step)": lambda: ops.rope_angles(pos, 1e6, d),
-            "step op rope_rotate (q and k of every layer)": lambda: ops.rope_rotate(q, table),
+            "step op rope_rotate (q and k of every layer)": lambda: ops.rope_rotate(q, angles),
         }
     return {
         "step op embedding": lambda: ops.embedding(ids, table),
