@@ -20,12 +20,13 @@ from ws1_harness.verdict import freshness
 #: bundle folder, or "folder/profile" for one profile's files in it, -> why that evidence is behind the code (to be
 #: replaced by the next GPU run); every file a key covers must be stale, and only those files are exempt
 KNOWN_STALE: dict[str, str] = {
-    "merged-h100-4e94edc/cuda_bf16_sm90": (
-        "csrc/sm90/attention_bwd_sm90.cu at bb0d205 finds a row's token and head by a shift and a mask instead of a "
-        "division by the (power-of-two) query group: the same arithmetic, so the same bits; the backward's GPU tests "
-        "passed at bb0d205 on an H100 (attention-sm90-h100-4e94edc/call-bb0d205). Since then the same file also holds "
-        "dK and dV in one walk, wired after eced04b (FUSE_DKV on): on an H100 at eced04b its bits equalled the two "
-        "kernels' (its GPU test and ci/attn_sm90_variants.py). The next merged run replaces it"
+    "merged-h200-35ae4ff/triton_cuda_bf16": (
+        "the 36-layer chain's companion matrix: at 349bad3 the step path's rope became two ops (its angles once a "
+        "step, its rotation for q and k of every layer; triton_ops/step_ops.py, native.py, csrc/launch/ws1_launch.cpp), "
+        "the same two kernels with the same arguments. The merged run at 349bad3 (merged-h100-349bad3) passed every GPU "
+        "test, among them the replayed split rope against rope's bits and the step scenarios (eager, compiled, graph) "
+        "against the packed forward, and its Triton matrix is current. The 36-layer chain does not fit an 80 GB H100 "
+        "(bench-h100-473ee98-steps/chain-L36-oom.log) and no H200 came: the next H200 chain run replaces it"
     ),
 }
 
