@@ -185,5 +185,5 @@ def test_the_control_an_unsplit_rope_is_called_for_q_and_k_of_every_layer(model)
 
 
 def test_a_half_split_rope_is_refused() -> None:
-    with pytest.raises(ValueError, match="rope_angles and rope_rotate come together"):
+    with pytest.raises(KernelInputError, match="rope_angles and rope_rotate come together"):
         dataclasses.replace(REFERENCE_STEP_OPS, rope_angles=lambda p, t, d: p)

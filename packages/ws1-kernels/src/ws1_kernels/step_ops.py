@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import KernelInputError
+
 
 @dataclass(frozen=True)
 class StepOps:
@@ -40,7 +42,7 @@ class StepOps:
 
     def __post_init__(self) -> None:
         if (self.rope_angles is None) != (self.rope_rotate is None):
-            raise ValueError("StepOps: rope_angles and rope_rotate come together (or neither)")
+            raise KernelInputError("StepOps: rope_angles and rope_rotate come together (or neither)")
 
     def rope_of(
         self, positions: torch.Tensor, theta: float, head_dim: int
