@@ -402,3 +402,19 @@ def assert_decode_after_prefix(
     dctx = LayoutContext(torch.arange(len(lengths)), torch.tensor(lengths) - 1, prefix)
     dec = attention(rows["q"][ends], rows["k"][ends], rows["v"][ends], scale, dctx)
     assert_bitwise("decode", dec, packed[ends])
+
+
+def interp_only() -> list:
+    """The marks of a test module whose Triton kernels run on the CPU interpreter: the ``interp`` marker, and a skip
+    unless ``TRITON_INTERPRET=1`` (the CPU nox session sets it). Call it after ``pytest.importorskip("triton")``."""
+    import pytest
+
+    from ws1_kernels.triton_ops import _launch
+
+    return [
+        pytest.mark.interp,
+        pytest.mark.skipif(
+            not _launch.interpreting(),
+            reason="Triton kernels run on the CPU only under TRITON_INTERPRET=1 (the CPU nox session sets it)",
+        ),
+    ]

@@ -12,17 +12,10 @@ import torch
 
 pytest.importorskip("triton")
 
+from kernels_support import interp_only  # noqa: E402
 from repo_scripts import load_repo_script  # noqa: E402
 
-from ws1_kernels.triton_ops import _launch  # noqa: E402
-
-pytestmark = [
-    pytest.mark.interp,
-    pytest.mark.skipif(
-        not _launch.interpreting(),
-        reason="Triton kernels run on the CPU only under TRITON_INTERPRET=1 (the CPU nox session sets it)",
-    ),
-]
+pytestmark = interp_only()
 
 
 def _failing_rows(calls: dict[str, Callable[[], object]]) -> list[str]:

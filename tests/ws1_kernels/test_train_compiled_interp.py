@@ -11,19 +11,13 @@ import torch
 pytest.importorskip("triton")
 pytest.importorskip("transformers")
 
+from kernels_support import interp_only  # noqa: E402
 from train_support import bit_mismatches, judged, packed_call, trained  # noqa: E402
 
 from ws1_kernels import LayoutContext  # noqa: E402
 from ws1_kernels.errors import KernelInputError  # noqa: E402
-from ws1_kernels.triton_ops import _launch  # noqa: E402
 
-pytestmark = [
-    pytest.mark.interp,
-    pytest.mark.skipif(
-        not _launch.interpreting(),
-        reason="Triton kernels run on the CPU only under TRITON_INTERPRET=1 (the CPU nox session sets it)",
-    ),
-]
+pytestmark = interp_only()
 
 
 @pytest.fixture(scope="module")

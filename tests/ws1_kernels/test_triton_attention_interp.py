@@ -19,7 +19,7 @@ import functools
 
 import pytest
 import torch
-from kernels_support import Batch, Call, Case, assert_bitwise, layout, run, upstream
+from kernels_support import Batch, Call, Case, assert_bitwise, interp_only, layout, run, upstream
 
 pytest.importorskip("triton")
 
@@ -28,16 +28,9 @@ import triton.language as tl  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes  # noqa: E402
 
 from ws1_kernels import KernelInputError, LayoutContext, launches, reference  # noqa: E402
-from ws1_kernels.triton_ops import _launch  # noqa: E402
 from ws1_kernels.triton_ops import attention as att  # noqa: E402
 
-pytestmark = [
-    pytest.mark.interp,
-    pytest.mark.skipif(
-        not _launch.interpreting(),
-        reason="Triton kernels run on the CPU only under TRITON_INTERPRET=1 (the CPU nox session sets it)",
-    ),
-]
+pytestmark = interp_only()
 
 HQ, HKV, D = 4, 2, 16
 SCALE = D**-0.5

@@ -20,22 +20,16 @@ import torch
 pytest.importorskip("triton")
 
 import triton.language as tl  # noqa: E402
-from kernels_support import sequential_dot  # noqa: E402
+from kernels_support import interp_only, sequential_dot  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes  # noqa: E402
 from triton.runtime import interpreter as interp  # noqa: E402
 
 from ws1_kernels import KernelInputError, LayoutContext, launches, reference  # noqa: E402
 from ws1_kernels.portable._blocks import wgrad_index  # noqa: E402
-from ws1_kernels.triton_ops import BACKEND, _launch  # noqa: E402
+from ws1_kernels.triton_ops import BACKEND  # noqa: E402
 from ws1_kernels.triton_ops import gemm as g  # noqa: E402
 
-pytestmark = [
-    pytest.mark.interp,
-    pytest.mark.skipif(
-        not _launch.interpreting(),
-        reason="Triton kernels run on the CPU only under TRITON_INTERPRET=1 (the CPU nox session sets it)",
-    ),
-]
+pytestmark = interp_only()
 
 K, N = 64, 48
 MS = (1, 2, 3, 15, 16, 17, 33, 64, 65)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernels_support import Batch, layout, make_case, run
+from kernels_support import Batch, interp_only, layout, make_case, run
 
 pytest.importorskip("triton")
 
@@ -21,16 +21,10 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from ws1_kernels import KernelInputError, LayoutContext, launches, reference  # noqa: E402
 from ws1_kernels.portable._blocks import wgrad_index  # noqa: E402
-from ws1_kernels.triton_ops import BACKEND, _launch  # noqa: E402
+from ws1_kernels.triton_ops import BACKEND  # noqa: E402
 from ws1_kernels.triton_ops import logprob as lp  # noqa: E402
 
-pytestmark = [
-    pytest.mark.interp,
-    pytest.mark.skipif(
-        not _launch.interpreting(),
-        reason="Triton kernels run on the CPU only under TRITON_INTERPRET=1 (the CPU nox session sets it)",
-    ),
-]
+pytestmark = interp_only()
 
 V, H = 300, 64
 TS = (1, 3, 17, 33)

@@ -19,21 +19,17 @@ import torch
 pytest.importorskip("triton")
 pytest.importorskip("transformers")
 
+from kernels_support import interp_only  # noqa: E402
 from step_support import mismatched, packed_logits, raw_bits, run_steps, sequences  # noqa: E402
 
 from ws1_kernels import LayoutContext  # noqa: E402
 from ws1_kernels.integrations import qwen3  # noqa: E402
 from ws1_kernels.integrations.step import StepPlan, step_ops  # noqa: E402
-from ws1_kernels.triton_ops import _launch  # noqa: E402
 from ws1_kernels.triton_ops import attention as att  # noqa: E402
 
 pytestmark = [
-    pytest.mark.interp,
+    *interp_only(),
     pytest.mark.heavy(seconds=80),  # one block: its module-scoped engines are built once
-    pytest.mark.skipif(
-        not _launch.interpreting(),
-        reason="Triton kernels run on the CPU only under TRITON_INTERPRET=1 (the CPU nox session sets it)",
-    ),
 ]
 
 HQ, HKV, D = 4, 2, 16
