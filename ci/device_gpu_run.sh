@@ -147,7 +147,8 @@ for s in "$@"; do
     # cuda_bf16_sm90 attention cells on every tier, its bench rows against SDPA (prefill at 4096-16384 tokens, decode
     # at batch 1, 64 and 256 over 4096 cached keys), every schedule and CTA shape timed beside SDPA
     # (ci/attn_sm90_variants.py), ncu of the wired variant at 16384 tokens (ATTN90_NCU_VARIANT; for the backward's
-    # kernels ATTN90_NCU_BACKWARD=--backward ATTN90_NCU_KERNELS='ws1_sm90_attn_bwd_d[qkv]' ATTN90_NCU_COUNT=3), then
+    # kernels ATTN90_NCU_BACKWARD=--backward ATTN90_NCU_KERNELS='ws1_sm90_attn_bwd_d[qkv]' ATTN90_NCU_COUNT=2, or 3 with FUSE_DKV
+    # off), then
     # memcheck and racecheck over ci/sanitize_attn_sm90.py
     attn90) hb="$PWD/build/cuda-gpu_sm90"; hp="$hb:$hb/hopper:${PYTHONPATH:-}"
             step attn90-tests "${ATTN90_TESTS_LIMIT:-200}" env PYTHONPATH="$hp" python3 -m pytest -q -p no:cacheprovider \
@@ -167,6 +168,13 @@ for s in "$@"; do
               --launch-count "${ATTN90_NCU_COUNT:-1}" python3 ci/attn_sm90_variants.py --variant \
               "${ATTN90_NCU_VARIANT:-64:1}" --tokens 16384 --reps 2 --warmup 2 "${ATTN90_NCU_BACKWARD:---no-sdpa}" \
               --out "$ev/attn90-ncu-variant.json"
+            for tool in memcheck racecheck; do
+              step "attn90-$tool" "${HOPPER_SANITIZE_LIMIT:-120}" env PYTHONPATH="$hp" compute-sanitizer --tool "$tool" \
+                --error-exitcode 1 python3 ci/sanitize_attn_sm90.py
+            done ;;
+    # compute-sanitizer's memcheck and racecheck over the Hopper attention alone (every forward schedule, the
+    # backward in both fuse modes), for a short call (needs hopper-build's modules)
+    attn90-san) hb="$PWD/build/cuda-gpu_sm90"; hp="$hb:$hb/hopper:${PYTHONPATH:-}"
             for tool in memcheck racecheck; do
               step "attn90-$tool" "${HOPPER_SANITIZE_LIMIT:-120}" env PYTHONPATH="$hp" compute-sanitizer --tool "$tool" \
                 --error-exitcode 1 python3 ci/sanitize_attn_sm90.py

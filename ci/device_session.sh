@@ -16,6 +16,7 @@
 #   steps-80g the same within 80 GB: decode at batch 1 and 64, no training step
 #   validate  the C++ step path's GPU tests with the step tests, the host cost, and the chain at 2 layers
 #   attn90-bwd the build, the Hopper attention backward's GPU tests and its timing beside SDPA (a short call)
+#   attn90-san the build, then memcheck and racecheck over the Hopper attention (a short call)
 #   attn90    the Hopper attention forward (cuda_bf16_sm90): the build, its GPU tests and the step path's, its matrix
 #             cells on every tier, its bench rows, memcheck and racecheck
 #   tiled     the tensor-core attention forward (cuda_bf16): its GPU tests, its matrix cells on every tier, its bench
@@ -83,6 +84,7 @@ case "$mode" in
   tiled)    timeout "$limit" "${run[@]}" tiled ;;
   attn90)   timeout "$limit" "${run[@]}" hopper-build attn90 ;;
   attn90-bwd) timeout "$limit" "${run[@]}" hopper-build attn90-bwd ;;
+  attn90-san) timeout "$limit" "${run[@]}" hopper-build attn90-san ;;
   *) echo "device_session: unknown mode $mode"; exit 2 ;;
 esac
 rc=$?
