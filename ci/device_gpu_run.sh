@@ -125,13 +125,19 @@ for s in "$@"; do
     # baseline and every GPU test; merged-2: both CUDA profiles beside the sm86 session. Then ci/merged_gate.py over
     # the CPU folder and the three session folders ($OUT/ev/part1/gpu_sm90, part2/gpu_sm86, part2/gpu_sm90), on
     # the CPU host or on the machine
-    merged-1) step merged-1 "${MERGED_LIMIT:-560}" env WS1_OUT="$ev/part1" python3 -m nox ${NOX_GLOBAL-} -s gpu_sm90 \
+    merged-1) step merged-1 "${MERGED1_LIMIT:-${MERGED_LIMIT:-560}}" env WS1_OUT="$ev/part1" python3 -m nox ${NOX_GLOBAL-} -s gpu_sm90 \
                 -- --profile triton_cuda_bf16 --profile native_torch ;;
-    merged-2) step merged-2 "${MERGED_LIMIT:-560}" bash -c "( WS1_OUT=$ev/part2 python3 -m nox ${NOX_GLOBAL-} \
+    merged-2) step merged-2 "${MERGED2_LIMIT:-${MERGED_LIMIT:-560}}" bash -c "( WS1_OUT=$ev/part2 python3 -m nox ${NOX_GLOBAL-} \
                 -s gpu_sm86 > $OUT/nox-gpu_sm86.log 2>&1; echo \"gpu_sm86 rc=\$? after \$SECONDS s\" ) & \
                 ( WS1_OUT=$ev/part2 python3 -m nox ${NOX_GLOBAL-} -s gpu_sm90 -- --profile cuda_bf16 \
                 --profile cuda_bf16_sm90 --no-tests > $OUT/nox-gpu_sm90.log 2>&1; \
                 echo \"gpu_sm90 rc=\$? after \$SECONDS s\" ) & wait" ;;
+    # the merged gate over merged-1's and merged-2's folders and the CPU shard (MERGED_CPU), on the machine, after
+    # both in the same call (device_session.sh's merged-80g)
+    merged-gate) step merged-gate "${MERGED_GATE_LIMIT:-60}" env WS1_OUT="$ev" python3 ci/merged_gate.py \
+                "${MERGED_CPU:?set MERGED_CPU}" "$ev/part1/gpu_sm90" "$ev/part2/gpu_sm86" "$ev/part2/gpu_sm90" --no-venv \
+                ${MERGED_EXPECT:---expect portable_cpu:short+primary --expect triton_cuda_bf16@sm90 --expect cuda_bf16@sm90 \
+                --expect cuda_bf16_sm90@sm90 --expect cuda_bf16@sm86-proxy} ;;
     # the generic module alone for sm_90 (build/cuda-tiled), then the tensor-core attention forward's GPU tests, the
     # cuda_bf16 attention cells on every tier and its bench rows against SDPA, in one step and one log
     tiled)  tb="$PWD/build/cuda-tiled"

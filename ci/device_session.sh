@@ -11,6 +11,9 @@
 #   merged    both arch sessions and the merged gate in one step (needs MERGED_CPU, the CPU shard of RUN_COMMIT)
 #   merged-1  the first half on an 80 GB card: the Triton profile, the baseline and every GPU test
 #   merged-2  the second half: both CUDA profiles beside the sm86 session
+#   merged-80g both halves and the merged gate in one call on an 80 GB card (needs MERGED_CPU): merged-1, then
+#             merged-2, each under its own limit (MERGED1_LIMIT 290 s, MERGED2_LIMIT 260 s), then the gate; no warm
+#             machine has to be caught between two calls
 #   steps     the step ops replayed in C++ (launch), the 36-layer chain on every tier, decode at batch 1, 64 and
 #             256 with 2048 cached tokens and the 8192-token training step, then the host cost of every step op
 #   steps-80g the same within 80 GB: decode at batch 1 and 64, no training step
@@ -72,6 +75,9 @@ case "$mode" in
   merged)   need MERGED_CPU "the CPU shard's folder of this commit"
             MERGED_LIMIT=${MERGED_LIMIT:-540} NOX_GLOBAL='' "${run[@]}" merged ;;
   merged-1|merged-2) MERGED_LIMIT=${MERGED_LIMIT:-540} NOX_GLOBAL='' "${run[@]}" "$mode" ;;
+  merged-80g) need MERGED_CPU "the CPU shard's folder of this commit"
+            MERGED1_LIMIT=${MERGED1_LIMIT:-290} MERGED2_LIMIT=${MERGED2_LIMIT:-260} NOX_GLOBAL='' \
+              "${run[@]}" merged-1 merged-2 merged-gate ;;
   steps)    BENCH_ARGS="--layers 36 --op decode_step --op train_step --batch 1 --batch 64 --batch 256 --cache 2048" \
             CHAIN_LAYERS=36 CHAIN_TIERS="short primary long" CHAIN_LIMIT=240 BENCH_LIMIT=260 HOST_LIMIT=40 \
             timeout "$limit" "${run[@]}" launch chain bench host ;;

@@ -101,6 +101,20 @@ def test_the_clone_is_the_commit_asked_for_with_the_cpu_shards(
     assert f"head {head}" in called  # the control: HEAD when no commit is named
 
 
+def test_an_80g_card_runs_both_halves_and_the_gate_in_one_call(
+    checkout: tuple[Path, str], tmp_path: Path
+) -> None:
+    """merged-80g: merged-1, merged-2 and the merged gate as the steps of one call, with the CPU shard (control: the
+    same mode without the shard is refused before any step runs)."""
+    root, _ = checkout
+    proc, called = _run(root, tmp_path, 81559, MODE_H100="merged-80g", MERGED_CPU="out/cpu-abc")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "args merged-1 merged-2 merged-gate" in called and "merged_cpu out/cpu-abc" in called
+    assert "nox_global \n" in called  # each profile in its own environment
+    proc, called = _run(root, tmp_path, 81559, MODE_H100="merged-80g")
+    assert proc.returncode == 2 and called == "" and "set MERGED_CPU" in proc.stdout
+
+
 @pytest.mark.parametrize(
     ("env", "says"),
     [
