@@ -527,12 +527,14 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (*map(str, modules.values()), inherited) if p)
     if args.run_tests:
         for marker, after, without_build in gpu_test_phases(name, builds):
+            workers_problem, cmd = gpu_test_command(marker, os.environ.get("WS1_GPU_TEST_WORKERS", ""))
+            if workers_problem is not None:
+                session.error(f"{name}: {workers_problem}")
             runner.add(
                 jobs.Job(
                     name=f"pytest -m '{marker}'", log=logs / f"pytest-{_slug(marker)}.log", after=after,
                     env={**env, "PYTHONPATH": inherited, "WS1_COLLECT_WITHOUT_BUILD": "1"} if without_build else env,
-                    cmd=[sys.executable, "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider", "-rfE",
-                         "--durations=40"],
+                    cmd=cmd,
                 )
             )  # fmt: skip
     runner.poll()  # the tests that need no build start now, beside the builds
@@ -640,6 +642,33 @@ def worker_threads(workers: str, omp: str | None, cores: int) -> dict[str, str]:
     if omp is not None or not workers.strip().isdigit() or int(workers) < 1:
         return {}
     return {"OMP_NUM_THREADS": str(max(1, cores // int(workers)))}
+
+
+def gpu_test_command(marker: str, workers_value: str) -> tuple[str | None, list[str]]:
+    """(why `WS1_GPU_TEST_WORKERS` is unusable or None, the pytest command of one GPU test job).
+
+    `WS1_GPU_TEST_WORKERS=N` (N > 1) runs the job's tests in N pytest-xdist workers inside its one GPU slot. Why: the
+    no-build GPU test job is the longest single job of the merged run (about 150 s on an H100, mostly host time:
+    Triton compiles and torch.compile), so on a card with memory to spare it is the first thing to spread. Each
+    worker holds its own CUDA context and caches, so the default stays one process; not yet measured on a GPU."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        marker,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-rfE",
+        "--durations=40",
+    ]
+    value = workers_value.strip()
+    if not value:
+        return None, cmd
+    if not value.isdigit() or int(value) < 1:
+        return f"WS1_GPU_TEST_WORKERS must be a whole number of at least 1, got {workers_value!r}", cmd
+    return None, cmd + (["-n", value] if int(value) > 1 else [])
 
 
 def gpu_slots(value: str, gib: float) -> tuple[str | None, int]:

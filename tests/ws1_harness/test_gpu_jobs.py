@@ -237,6 +237,20 @@ def test_gpu_slots_from_the_environment(noxfile: ModuleType, value: str, want: t
     assert noxfile.gpu_slots(value, 139.8) == want
 
 
+@pytest.mark.parametrize(("value", "workers"), [("", None), ("1", None), (" 3 ", "3")])
+def test_gpu_test_workers_from_the_environment(noxfile: ModuleType, value: str, workers: str | None) -> None:
+    """N > 1 adds pytest-xdist's `-n N` to the job's command; unset or 1 (the control) runs one process."""
+    problem, cmd = noxfile.gpu_test_command("gpu and not needs_build", value)
+    assert problem is None and cmd[cmd.index("pytest") + 2] == "gpu and not needs_build"
+    assert (cmd[cmd.index("-n") + 1] if "-n" in cmd else None) == workers
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-2", "1.5"])
+def test_bad_gpu_test_workers_are_one_line(noxfile: ModuleType, value: str) -> None:
+    problem, _ = noxfile.gpu_test_command("gpu", value)
+    assert problem is not None and "WS1_GPU_TEST_WORKERS" in problem and "\n" not in problem
+
+
 @pytest.mark.parametrize(("gib", "want"), [(139.8, 4), (79.2, 2), (47.5, 1), (23.6, 1), (0.0, 1), (640.0, 4)])
 def test_default_slots_follow_the_cards_memory(noxfile: ModuleType, gib: float, want: int) -> None:
     """Four GPU commands at once ran an 80 GB H100 out of memory; the default must not ask that of it."""
