@@ -1,10 +1,12 @@
 """Time the Hopper attention forward's schedules and CTA shapes beside torch's default SDPA, in one process.
 
 Every variant (`ws1_sm90.attn_fwd` with block_rows 64 or 128 and schedule 0-4) gives the same bits (the GPU
-tests prove it), so which one `cuda_sm90.attention` wires is a speed choice alone; this script makes it. For each
+tests prove it), so which one `cuda_sm90.attention` wires is a speed choice alone; this script makes it. The wide
+schedules 5 and 6 (128-key blocks) give bits of their own, the same as each other. For each
 token count it builds packed causal samples of `--seq` tokens at Qwen3-8B's widths (32 query heads, 8 kv heads, head
 dim 128), times each variant and SDPA (`enable_gqa`, default backend, on [B, H, S, D] views) with CUDA events
-(median of `--reps` calls after `--warmup`), checks each variant's output bit for bit against the first, and writes
+(median of `--reps` calls after `--warmup`), checks each variant's output bit for bit against the first of its key
+block (64 or 128), and writes
 one JSON record: device, torch version, figures in ms and TFLOP/s (4 x causal pairs x Hq x D), ratios to SDPA.
 
     python ci/attn_sm90_variants.py --tokens 4096 --tokens 16384 --seq 4096 --out variants.json
@@ -23,13 +25,15 @@ import sys
 from pathlib import Path
 
 HQ, HKV, D = 32, 8, 128
-#: (block rows, schedule): schedule 3 (Q in registers) takes 64-row blocks only, 4 (ping-pong) 128 only
+#: (block rows, schedule): schedule 3 (Q in registers) takes 64-row blocks only, 4 and 6 (ping-pong) 128 only
 VARIANTS = [
     (rows, schedule)
-    for schedule in (0, 1, 2, 3, 4)
+    for schedule in (0, 1, 2, 3, 4, 5, 6)
     for rows in (128, 64)
-    if (rows, schedule) not in ((128, 3), (64, 4))
+    if (rows, schedule) not in ((128, 3), (64, 4), (64, 6))
 ]
+#: the schedules whose logical key blocks are 128 keys (their bits are their own): cuda_sm90.attention.WIDE
+WIDE = (5, 6)
 
 
 class ArgError(Exception):
@@ -172,8 +176,9 @@ def run(ns: argparse.Namespace) -> int:
         )
         flops = 4.0 * b * seq * (seq + 1) / 2 * HQ * D
         rec: dict[str, object] = {"tokens": tokens, "seq": seq, "samples": b, "variants": []}
-        first = None
+        first: dict[int, torch.Tensor] = {}  # key block -> the first variant's output
         for rows, schedule in ns.variants:
+            kb = 128 if schedule in WIDE else 64
             t = generic._tables(ctx, tokens, q.device, rows // (HQ // HKV))
 
             def call(t=t, rows=rows, schedule=schedule, q=q, k=k, v=v):  # type: ignore[no-untyped-def]
@@ -182,14 +187,15 @@ def run(ns: argparse.Namespace) -> int:
                 )[0]
 
             out = call()
-            same = first is None or bool(torch.equal(out.view(torch.int16), first.view(torch.int16)))
-            first = out if first is None else first
+            ref = first.setdefault(kb, out)
+            same = bool(torch.equal(out.view(torch.int16), ref.view(torch.int16)))
             status |= 0 if same else 1
             ms = _time(call, ns.reps, ns.warmup)
             rec["variants"].append(  # type: ignore[union-attr]
                 {
                     "block_rows": rows,
                     "schedule": schedule,
+                    "key_block": kb,
                     "ms": ms,
                     "tflops": flops / ms / 1e9,
                     "same_bits": same,

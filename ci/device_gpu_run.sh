@@ -160,7 +160,7 @@ for s in "$@"; do
             step attn90-tests "${ATTN90_TESTS_LIMIT:-200}" env PYTHONPATH="$hp" python3 -m pytest -q -p no:cacheprovider \
               -rfE --durations=15 tests/ws1_kernels/test_cuda_sm90_attention_gpu.py \
               tests/ws1_kernels/test_cuda_sm90_attention_bwd_gpu.py tests/ws1_kernels/test_cuda_sm90_step_gpu.py \
-              tests/ws1_kernels/test_cuda_sm90_attention_pingpong_gpu.py
+              tests/ws1_kernels/test_cuda_sm90_attention_wide_gpu.py tests/ws1_kernels/test_cuda_sm90_attention_pingpong_gpu.py
             step attn90-cells "${ATTN90_CELLS_LIMIT:-200}" env PYTHONPATH="$hp" ws1 matrix --profile cuda_bf16_sm90 \
               --op attention "${tiers[@]}" --cell-timeout 120 --out "$ev/sm90_attention" --force
             step attn90-bench "${ATTN90_BENCH_LIMIT:-200}" env PYTHONPATH="$hp" bash -c "ws1 bench --profile cuda_bf16_sm90 \

@@ -1,6 +1,6 @@
 """The Hopper attention forward (`ws1_sm90.attn_fwd`, csrc/sm90/attention_sm90.cu) under compute-sanitizer: one
 call in each schedule and CTA shape (128-row blocks on two warpgroups, one token a CTA on one) over packed samples whose lengths
-straddle the 64-key blocks, so the last key block of a sample is partial (its value rows zeroed in shared memory)
+straddle the 64- and 128-key blocks (the wide schedules 5 and 6 walk keys by 128), so the last key block of a sample is partial (its value rows zeroed in shared memory)
 and the last sample's box runs past the tensor (TMA's zero fill). It needs the Hopper module (`ws1_cuda_sm90_ext`)
 on the path and an sm_90 device; exit 0 when every call returned finite values, else one line and exit 1. Then the
 backward (`ws1_sm90.attn_bwd`: dQ, then dV and dK one kernel each, then both in one walk) over the same samples.
@@ -34,7 +34,10 @@ def main() -> int:
     from ws1_kernels.cuda_sm90 import attention as sm90_att
 
     for schedule, block_rows, per_row in (
-        (s, r, p) for r, p in ((128, False), (64, True)) for s in sm90_att.schedules(r) if s != 4
+        (s, r, p)
+        for r, p in ((128, False), (64, True))
+        for s in sm90_att.schedules(r)
+        if s not in sm90_att.PING_PONG
     ):
         t = generic._tables(ctx, n, q.device, block_rows // (HQ // HKV))
         blocks = None if per_row else t.blocks
@@ -61,14 +64,15 @@ def main() -> int:
             print(f"sanitize_attn_sm90: the backward (fuse_dkv {fuse}): a non-finite gradient")
             return 1
         print(f"backward (dK and dV {'in one walk' if fuse else 'one kernel each'}): ok")
-    # ping-pong (schedule 4) last: a fault in its barrier turns would hang rather than fail
+    # the ping-pong schedules (4, 6) last: a fault in their barrier turns would hang rather than fail
     t = generic._tables(ctx, n, q.device, 128 // (HQ // HKV))
-    o, lse = torch.ops.ws1_sm90.attn_fwd(q, k, v, t.key_base, t.n_keys, t.blocks, 128, D**-0.5, 4)
-    torch.cuda.synchronize()
-    if not bool(torch.isfinite(o).all()):
-        print("sanitize_attn_sm90: schedule 4 block_rows 128: a non-finite output")
-        return 1
-    print("schedule 4 block_rows 128 (ping-pong): ok")
+    for schedule in sm90_att.PING_PONG:
+        o, lse = torch.ops.ws1_sm90.attn_fwd(q, k, v, t.key_base, t.n_keys, t.blocks, 128, D**-0.5, schedule)
+        torch.cuda.synchronize()
+        if not bool(torch.isfinite(o).all()):
+            print(f"sanitize_attn_sm90: schedule {schedule} block_rows 128: a non-finite output")
+            return 1
+        print(f"schedule {schedule} block_rows 128 (ping-pong): ok")
     return 0
 
 

@@ -30,6 +30,7 @@
 
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
+#include "cutlass/arch/reg_reconfig.h"
 #include "cutlass/cutlass.h"
 #include "cutlass/device_kernel.h"
 #include "attention_sm90.cuh"
@@ -41,20 +42,24 @@ namespace attn_detail {
 
 using namespace cute;
 
-template <int kStages>
+// kN: keys a logical key block (64, the generic kernel's, or 128: the wide schedules)
+template <int kStages, int kN>
 using SmemKV = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
-                                      Shape<Int<kKeys>, Int<kD>, Int<kStages>>{}));
+                                      Shape<Int<kN>, Int<kD>, Int<kStages>>{}));
 // V as P V's B operand (N = head dim, K = keys): the same bytes, seen transposed (MN-major)
-template <int kStages>
-using SmemVt = decltype(composition(SmemKV<kStages>{}, make_layout(Shape<Int<kD>, Int<kKeys>, Int<kStages>>{},
-                                                                   Stride<Int<kKeys>, _1, Int<kKeys * kD>>{})));
+template <int kStages, int kN>
+using SmemVt = decltype(composition(SmemKV<kStages, kN>{}, make_layout(Shape<Int<kD>, Int<kN>, Int<kStages>>{},
+                                                                       Stride<Int<kN>, _1, Int<kN * kD>>{})));
 
 // S = Q K^T with Q from shared memory, or from registers (kQRegs: the warpgroup reads only K from shared memory a
 // k-step, half the bytes: with m64n64 tiles the SS form asks about as many bytes a cycle as shared memory serves)
-template <bool kQRegs>
+// (kN = 128: m64n128, Q and K from shared memory)
+template <bool kQRegs, int kN>
 using MmaS = std::conditional_t<
-    kQRegs, decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>{})),
-    decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}))>;
+    kN == 128, decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{})),
+    std::conditional_t<
+        kQRegs, decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>{})),
+        decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}))>>;
 using MmaO = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{}));
 
 // The key (or value) tensor as TMA sees it: (key row, head dim, kv head)
@@ -63,22 +68,28 @@ inline auto kv_tensor(const bf16* p, int rows, int hkv) {
                      make_stride(hkv * kD, _1{}, kD));
 }
 
-template <int kStages>
+template <int kStages, int kN>
 auto kv_tma(const bf16* p, int rows, int hkv) {
-  return make_tma_atom(SM90_TMA_LOAD{}, kv_tensor(p, rows, hkv), SmemKV<kStages>{}(_, _, 0),
-                       Shape<Int<kKeys>, Int<kD>>{});
+  return make_tma_atom(SM90_TMA_LOAD{}, kv_tensor(p, rows, hkv), SmemKV<kStages, kN>{}(_, _, 0),
+                       Shape<Int<kN>, Int<kD>>{});
 }
 
-template <int W, int kStagesT, bool kQRegs>
+// kN = 128 (the wide schedules): S is 64 registers a thread, and S, O and P with the overlap need about 200, more
+// than 288 threads can hold (the 9 warps put 3 on one of the SM's four 16384-register sub-partitions). So, as FA3
+// does, the producer is a whole warpgroup that gives its registers back (setmaxnreg: 24 a thread) and the consumers
+// take them (240): 3 warps a sub-partition at launch (168 each), then 24 + 2 x 240 = 504 per thread triple.
+template <int W, int kStagesT, bool kQRegs, int kN>
 struct Cfg {
   static constexpr int kStages = kStagesT;
+  static constexpr bool kWide = kN == 128;
   static constexpr int kConsumerThreads = 128 * W;
-  static constexpr int kThreads = kConsumerThreads + 32;  // and one producer warp, the last
-  using Tma = decltype(kv_tma<kStages>(nullptr, 0, 0));
+  // and the producer, the last: one warp, or a warpgroup for the wide schedules' register hand-over
+  static constexpr int kThreads = kConsumerThreads + (kWide ? 128 : 32);
+  using Tma = decltype(kv_tma<kStages, kN>(nullptr, 0, 0));
   struct SharedStorage {
     alignas(1024) ArrayEngine<Element, kQRegs ? 64 : cosize_v<SmemQ> * W> q;  // unused with Q in registers
-    alignas(1024) ArrayEngine<Element, cosize_v<SmemKV<kStages>>> k;
-    alignas(1024) ArrayEngine<Element, cosize_v<SmemKV<kStages>>> v;
+    alignas(1024) ArrayEngine<Element, cosize_v<SmemKV<kStages, kN>>> k;
+    alignas(1024) ArrayEngine<Element, cosize_v<SmemKV<kStages, kN>>> v;
     alignas(8) uint64_t full[kStages];   // the slot's K and V landed
     alignas(8) uint64_t empty[kStages];  // every consumer thread is done with the slot
   };
@@ -93,30 +104,31 @@ using Empty = cutlass::arch::ClusterBarrier;
 // Registers are capped by __maxnreg__, not launch bounds: bounds of 288 threads left the Q-in-registers kernel 168
 // registers, and its wgmma serialised and spilled; 208 x 288 threads still fit the register file.
 // kLoop: 0 the plain loop, 1 the overlapped loop, 2 the overlapped loop with the two warpgroups taking turns to
-// issue their MMAs (ping-pong: one's softmax runs under the other's GEMMs; W = 2 only)
-template <int W, int kStages, int kLoop, bool kQRegs>
+// issue their MMAs (ping-pong: one's softmax runs under the other's GEMMs; W = 2 only). kN: keys a key block.
+template <int W, int kStages, int kLoop, bool kQRegs, int kN = kKeys>
 __global__ void __maxnreg__(kQRegs ? 208 : 168)
-    ws1_sm90_attn_fwd(CUTLASS_GRID_CONSTANT typename Cfg<W, kStages, kQRegs>::Tma const tma_k,
-                      CUTLASS_GRID_CONSTANT typename Cfg<W, kStages, kQRegs>::Tma const tma_v, const bf16* __restrict__ q,
+    ws1_sm90_attn_fwd(CUTLASS_GRID_CONSTANT typename Cfg<W, kStages, kQRegs, kN>::Tma const tma_k,
+                      CUTLASS_GRID_CONSTANT typename Cfg<W, kStages, kQRegs, kN>::Tma const tma_v, const bf16* __restrict__ q,
                       const int32_t* __restrict__ key_base, const int32_t* __restrict__ n_keys,
                       const int32_t* __restrict__ blocks, bf16* __restrict__ o, float* __restrict__ lse, int kv_rows,
                       int hq, int hkv, float scale_log2) {
-  using C = Cfg<W, kStages, kQRegs>;
+  using C = Cfg<W, kStages, kQRegs, kN>;
+  static_assert(!C::kWide || !kQRegs, "the wide schedules keep Q in shared memory");
   constexpr bool kOverlap = kLoop >= 1;
   constexpr bool kPingPong = kLoop == 2;
   static_assert(!kPingPong || W == 2, "ping-pong needs two consumer warpgroups");
   extern __shared__ __align__(1024) char smem_raw[];
   auto& smem = *reinterpret_cast<typename C::SharedStorage*>(smem_raw);
-  Tensor sK = make_tensor(make_smem_ptr(smem.k.begin()), SmemKV<kStages>{});
-  Tensor sV = make_tensor(make_smem_ptr(smem.v.begin()), SmemKV<kStages>{});
-  Tensor sVt = make_tensor(make_smem_ptr(smem.v.begin()), SmemVt<kStages>{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.begin()), SmemKV<kStages, kN>{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.begin()), SmemKV<kStages, kN>{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem.v.begin()), SmemVt<kStages, kN>{});
 
   const int g = static_cast<int>(blockIdx.y);
   const int group = hq / hkv;
   const int t0 = blocks ? blocks[3 * blockIdx.x] : static_cast<int>(blockIdx.x);
   const int tokens = blocks ? blocks[3 * blockIdx.x + 1] : 1;
   const int key_count = blocks ? blocks[3 * blockIdx.x + 2] : n_keys[t0];
-  const int n_kb = (key_count + kKeys - 1) / kKeys;
+  const int n_kb = (key_count + kN - 1) / kN;
   const int base = tokens > 0 ? key_base[t0] : 0;
 
   if (threadIdx.x == 0) {
@@ -130,17 +142,18 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
 
   // The producer warp: one lane walks the key blocks into the ring, kStages - 1 ahead of the consumers.
   if (threadIdx.x >= C::kConsumerThreads) {
+    if constexpr (C::kWide) cutlass::arch::warpgroup_reg_dealloc<24>();
     if (threadIdx.x == C::kConsumerThreads) {
       // (key rows of this kv head from the sample's position 0, head dim) cut into 64-key blocks
       auto keys_of = [&](auto const& tma) {
         Tensor m = domain_offset(make_coord(base, 0), tma.get_tma_tensor(make_shape(kv_rows, Int<kD>{}, hkv))(_, _, g));
-        return local_tile(m, Shape<Int<kKeys>, Int<kD>>{}, make_coord(_, 0));
+        return local_tile(m, Shape<Int<kN>, Int<kD>>{}, make_coord(_, 0));
       };
       Tensor gK = keys_of(tma_k);
       Tensor gV = keys_of(tma_v);
       auto tK = tma_partition(tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
       auto tV = tma_partition(tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-      constexpr uint32_t kBytes = 2 * kKeys * kD * sizeof(Element);
+      constexpr uint32_t kBytes = 2 * kN * kD * sizeof(Element);
       for (int kb = 0; kb < n_kb; ++kb) {
         const int slot = kb % kStages;
         if (kb >= kStages) Empty::wait(&smem.empty[slot], (kb / kStages - 1) & 1);
@@ -152,6 +165,7 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
     return;
   }
 
+  if constexpr (C::kWide) cutlass::arch::warpgroup_reg_alloc<240>();
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int lane = tid % 32, quad = lane / 4, pair = (lane % 4) * 2;
   // this thread's two rows: warp (tid / 32) * 16 + quad, and 8 below
@@ -166,7 +180,7 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
     row_n[i] = row_ok[i] ? n_keys[row_t[i]] : 0;
   }
 
-  MmaS<kQRegs> mma_s;
+  MmaS<kQRegs, kN> mma_s;
   auto thr_s = mma_s.get_thread_slice(tid);
   // Q as S's A operand, loaded once (zeros past the block's tokens)
   auto load_q = [&]() {
@@ -215,16 +229,18 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
   MmaO mma_o;
   auto thr_o = mma_o.get_thread_slice(tid);
   Tensor tSrK = thr_s.make_fragment_B(thr_s.partition_B(sK));  // (MMA, 1, 8, stage)
-  Tensor tOrV = thr_o.make_fragment_B(thr_o.partition_B(sVt));  // (MMA, 1, 4, stage)
-  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kWgRows>, Int<kKeys>>{});  // 32 values
-  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<kWgRows>, Int<kD>>{});     // 64 values
+  Tensor tOrV = thr_o.make_fragment_B(thr_o.partition_B(sVt));  // (MMA, 1, kN / 16, stage)
+  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kWgRows>, Int<kN>>{});  // kN / 2 values
+  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<kWgRows>, Int<kD>>{});  // 64 values
   // P in bf16 as P V's A operand: k-step s is the accumulator's values [8 s, 8 s + 8), in order
-  Tensor tOrP = make_tensor<Element>(Layout<Shape<Shape<_2, _2, _2>, _1, _4>, Stride<Stride<_1, _2, _4>, _0, _8>>{});
-  static_assert(size(tSrS) == 32 && size(tOrO) == 64, "the accumulator layouts this kernel indexes by hand");
+  Tensor tOrP = make_tensor<Element>(
+      Layout<Shape<Shape<_2, _2, _2>, _1, Int<kN / 16>>, Stride<Stride<_1, _2, _4>, _0, _8>>{});
+  constexpr int kS = kN / 2;  // S values a thread
+  static_assert(size(tSrS) == kS && size(tOrO) == 64, "the accumulator layouts this kernel indexes by hand");
   clear(tOrO);
 
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int tail = key_count % kKeys;  // keys of the last block; 0: it is full
+  const int tail = key_count % kN;  // keys of the last block; 0: it is full
 
   // S = Q K^T of the block in `slot`, one chain over the head dim per score (issued, not waited for)
   auto issue_s = [&](int slot) {
@@ -252,7 +268,7 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
   // takes a share; both warpgroups read the slot, so all of them meet at the barrier)
   auto zero_tail = [&](int kb, int slot) {
     if (tail == 0 || kb != n_kb - 1) return;
-    for (int c = threadIdx.x; c < (kKeys - tail) * (kD / 8); c += C::kConsumerThreads) {
+    for (int c = threadIdx.x; c < (kN - tail) * (kD / 8); c += C::kConsumerThreads) {
       const int j = tail + c / (kD / 8), col = (c % (kD / 8)) * 8;
       *reinterpret_cast<uint4*>(&sV(j, col, slot)) = make_uint4(0u, 0u, 0u, 0u);
     }
@@ -264,9 +280,9 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
     // value i of the accumulator: row quad + 8 ((i / 2) % 2), key pair + (i % 2) + 8 (i / 4)
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < kS; ++i) {
       const int h = (i / 2) % 2;
-      const int key = kb * kKeys + pair + (i % 2) + 8 * (i / 4);
+      const int key = kb * kN + pair + (i % 2) + 8 * (i / 4);
       tSrS(i) = key < row_n[h] ? tSrS(i) * scale_log2 : -INFINITY;
       mx[h] = fmaxf(mx[h], tSrS(i));
     }
@@ -281,7 +297,7 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
       m[h] = m_new;
     }
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < kS; ++i) {
       const int h = (i / 2) % 2;
       tSrS(i) = exp2f(tSrS(i) - m_use[h]);
       rs[h] += tSrS(i);
@@ -299,7 +315,7 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
     for (int i = 0; i < 64; ++i) tOrO(i) *= alpha[(i / 2) % 2];
     uint32_t* p32 = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
 #pragma unroll
-    for (int i = 0; i < 16; ++i) p32[i] = pack2(tSrS(2 * i), tSrS(2 * i + 1));
+    for (int i = 0; i < kS / 2; ++i) p32[i] = pack2(tSrS(2 * i), tSrS(2 * i + 1));
   };
 
   // Both schedules do, per row and block, the same operations in the same order: S, the softmax, O *= alpha,
@@ -408,18 +424,18 @@ __global__ void __maxnreg__(kQRegs ? 208 : 168)
   }
 }
 
-template <int W, int kStages, int kLoop, bool kQRegs>
+template <int W, int kStages, int kLoop, bool kQRegs, int kN = kKeys>
 cudaError_t launch(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,
                    const int32_t* blocks, int n_blocks, int kv_rows, bf16* o, float* lse, int hq, int hkv,
                    float scale, int device, cudaStream_t stream) {
-  using C = Cfg<W, kStages, kQRegs>;
-  const typename C::Tma tk = kv_tma<kStages>(k, kv_rows, hkv);
-  const typename C::Tma tv = kv_tma<kStages>(v, kv_rows, hkv);
-  auto* kernel = &ws1_sm90_attn_fwd<W, kStages, kLoop, kQRegs>;
+  using C = Cfg<W, kStages, kQRegs, kN>;
+  const typename C::Tma tk = kv_tma<kStages, kN>(k, kv_rows, hkv);
+  const typename C::Tma tv = kv_tma<kStages, kN>(v, kv_rows, hkv);
+  auto* kernel = &ws1_sm90_attn_fwd<W, kStages, kLoop, kQRegs, kN>;
   constexpr int kSmem = static_cast<int>(sizeof(typename C::SharedStorage));
   // once per device (kernel_attrs.cuh); the most shared memory per SM, so that two one-warpgroup CTAs fit (ncu saw
   // one CTA an SM, limited by shared memory too, without it)
-  if (const cudaError_t e = configure_smem_once<&ws1_sm90_attn_fwd<W, kStages, kLoop, kQRegs>>(kSmem, true, device);
+  if (const cudaError_t e = configure_smem_once<&ws1_sm90_attn_fwd<W, kStages, kLoop, kQRegs, kN>>(kSmem, true, device);
       e != cudaSuccess)
     return e;
   const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(hkv));
@@ -438,10 +454,10 @@ bool attn_fwd_supported(int hq, int hkv, int d, int block_rows) {
 // Schedule 3 keeps Q in registers: about 200 registers a thread. A CTA's warps are dealt to the SM's four
 // sub-partitions, each with 16384 registers: the 9 warps of a two-warpgroup CTA put 3 on one (3 x 32 x 200 > 16384),
 // so that launch fails ("too many resources requested", seen on an H100); one warpgroup (5 warps) fits.
-// Schedule 4 (ping-pong) takes turns between two warpgroups, so it needs 128-row blocks.
+// Schedules 4 and 6 (ping-pong) take turns between two warpgroups, so they need 128-row blocks.
 bool attn_fwd_schedule_ok(int block_rows, int schedule) {
   return schedule >= 0 && schedule < kSchedules && !(schedule == 3 && block_rows == 128) &&
-         !(schedule == 4 && block_rows == 64);
+         !((schedule == 4 || schedule == 6) && block_rows == 64);
 }
 
 cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,
@@ -457,6 +473,8 @@ cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t*
   const int nb = static_cast<int>(n_blocks), kr = static_cast<int>(kv_rows);
 #define WS1_ATTN_LAUNCH(W, S, O, R) \
   launch<W, S, O, R>(q, k, v, key_base, n_keys, blocks, nb, kr, o, lse, hq, hkv, scale, device, stream)
+#define WS1_ATTN_WIDE(W, O) \
+  launch<W, 2, O, false, 128>(q, k, v, key_base, n_keys, blocks, nb, kr, o, lse, hq, hkv, scale, device, stream)
   switch (schedule * 2 + (block_rows == 128 ? 1 : 0)) {
     case 0: return WS1_ATTN_LAUNCH(1, 2, 0, false);
     case 1: return WS1_ATTN_LAUNCH(2, 2, 0, false);
@@ -468,9 +486,14 @@ cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t*
     // no case 7: two warpgroups with Q in registers (about 200 registers a thread) do not fit; no case 8: ping-pong
     // needs two warpgroups (attn_fwd_schedule_ok)
     case 9: return WS1_ATTN_LAUNCH(2, 2, 2, false);
+    // the wide schedules: 128-key blocks (other bits than 0-4's), a producer warpgroup, setmaxnreg
+    case 10: return WS1_ATTN_WIDE(1, 1);
+    case 11: return WS1_ATTN_WIDE(2, 1);
+    case 13: return WS1_ATTN_WIDE(2, 2);
     default: return cudaErrorInvalidValue;
   }
 #undef WS1_ATTN_LAUNCH
+#undef WS1_ATTN_WIDE
 }
 
 int attn_fwd_infos(KernelInfo* out, int cap) {
@@ -482,12 +505,17 @@ int attn_fwd_infos(KernelInfo* out, int cap) {
                        reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 3, 1, false>),
                        reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 3, 1, false>),
                        reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, 1, true>),
-                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, 2, false>)};
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, 2, false>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<1, 2, 1, false, 128>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, 1, false, 128>),
+                       reinterpret_cast<const void*>(&ws1_sm90_attn_fwd<2, 2, 2, false, 128>)};
   const char* names[] = {"ws1_sm90_attn_fwd_64",          "ws1_sm90_attn_fwd_128",
                          "ws1_sm90_attn_fwd_64_overlap",  "ws1_sm90_attn_fwd_128_overlap",
                          "ws1_sm90_attn_fwd_64_overlap3", "ws1_sm90_attn_fwd_128_overlap3",
-                         "ws1_sm90_attn_fwd_64_qregs",    "ws1_sm90_attn_fwd_128_pingpong"};
-  return fill_kernel_infos(out, cap, fns, names, 8);
+                         "ws1_sm90_attn_fwd_64_qregs",    "ws1_sm90_attn_fwd_128_pingpong",
+                         "ws1_sm90_attn_fwd_64_wide",     "ws1_sm90_attn_fwd_128_wide",
+                         "ws1_sm90_attn_fwd_128_wide_pingpong"};
+  return fill_kernel_infos(out, cap, fns, names, 11);
 }
 
 }  // namespace ws1::sm90

@@ -93,8 +93,10 @@ int logp_kernel_infos(KernelInfo* out, int cap);
 // overlapped loop (block kb's S issued with block kb - 1's P V) on 2 slots, 2 the same on 3, 3 the overlapped loop
 // on 2 slots with Q in registers (S's A operand; 64-row blocks only), 4 the overlapped loop on 2 slots with the two
 // warpgroups taking turns to issue (ping-pong; 128-row blocks only): attn_fwd_schedule_ok. Every choice gives a row
-// the same bits.
-constexpr int kSchedules = 5;
+// the same bits. The wide schedules walk keys in logical blocks of 128, so their bits are their own (the same in
+// every block size and either schedule): 5 the overlapped loop, 6 with ping-pong (128-row blocks only), each with a
+// producer warpgroup that hands its registers to the consumers (setmaxnreg).
+constexpr int kSchedules = 7;
 bool attn_fwd_supported(int hq, int hkv, int d, int block_rows);
 bool attn_fwd_schedule_ok(int block_rows, int schedule);
 cudaError_t attn_fwd(const bf16* q, const bf16* k, const bf16* v, const int32_t* key_base, const int32_t* n_keys,

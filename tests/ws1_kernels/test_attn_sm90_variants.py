@@ -16,6 +16,7 @@ SCRIPT = load_repo_script("ci/attn_sm90_variants.py", "ws1_attn_sm90_variants")
     [
         ["--variant", "65:1"],  # no such block size
         ["--variant", "64:9"],  # no such schedule
+        ["--variant", "64:6"],  # the wide ping-pong needs two warpgroups
         ["--variant", "x"],
         ["--tokens", "100", "--seq", "64"],  # not a multiple of the sample
         ["--reps", "0"],
@@ -42,3 +43,12 @@ def test_the_control_good_arguments_parse() -> None:
     )
     assert ns.variants == [(64, 3), (128, 0)] and ns.tokens == [8192]
     assert SCRIPT.parse(["--out", "/nonexistent/v.json"]).variants == SCRIPT.VARIANTS
+
+
+def test_the_variants_are_the_kernels_schedules() -> None:
+    """Every (rows, schedule) the extension takes, and the wide schedules' key block, as cuda_sm90.attention says."""
+    from ws1_kernels.cuda_sm90 import attention as att
+
+    want = {(r, s) for s in att.SCHEDULES for r in (64, 128) if s in att.schedules(r)}
+    assert set(SCRIPT.VARIANTS) == want and len(SCRIPT.VARIANTS) == len(want)
+    assert tuple(SCRIPT.WIDE) == tuple(att.WIDE)

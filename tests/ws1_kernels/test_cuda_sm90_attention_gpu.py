@@ -36,8 +36,9 @@ GROUP = HQ // HKV
 SCALE = D**-0.5
 LENGTHS = (1, 31, 32, 33, 63, 64, 65, 300)  # straddle the 64-key blocks and the 16- and 32-token row blocks
 #: ping-pong's tests are test_cuda_sm90_attention_pingpong_gpu.py's, run last: a fault in its barrier turns would
-#: hang rather than fail, and must not hold up these
-PING_PONG = 4
+#: hang rather than fail, and must not hold up these; the wide schedules' (128-key blocks, bits of their own) are
+#: test_cuda_sm90_attention_wide_gpu.py's
+APART = (*att.PING_PONG, *att.WIDE)
 
 
 def _packed(seed: int = 0) -> tuple[LayoutContext, dict[str, torch.Tensor]]:
@@ -75,7 +76,8 @@ def _run(
 def test_the_extension_lists_every_variant_without_spills() -> None:
     found = {r["name"]: r for r in cuda_sm90.kernel_attributes()}
     names = [f"ws1_sm90_attn_fwd_{r}{s}" for r in (64, 128) for s in ("", "_overlap", "_overlap3")]
-    for name in [*names, "ws1_sm90_attn_fwd_64_qregs", "ws1_sm90_attn_fwd_128_pingpong"]:
+    wide = ["ws1_sm90_attn_fwd_64_wide", "ws1_sm90_attn_fwd_128_wide", "ws1_sm90_attn_fwd_128_wide_pingpong"]
+    for name in [*names, "ws1_sm90_attn_fwd_64_qregs", "ws1_sm90_attn_fwd_128_pingpong", *wide]:
         assert name in found, sorted(found)
         assert found[name]["local_bytes"] == 0 and not found[name]["error"], found[name]
 
@@ -90,7 +92,7 @@ def test_a_row_gets_the_same_bits_in_a_row_block_and_alone(block_rows: int) -> N
 
 @pytest.mark.parametrize(
     ("schedule", "block_rows"),
-    [(s, r) for r in (64, 128, None) for s in att.schedules(r or 64) if s != PING_PONG],
+    [(s, r) for r in (64, 128, None) for s in att.schedules(r or 64) if s not in APART],
 )
 def test_every_schedule_gives_the_wired_ones_bits(schedule: int, block_rows: int | None) -> None:
     """The plain and the overlapped loops, on 2 or 3 slots, with Q in shared memory or in registers, with or
@@ -101,7 +103,7 @@ def test_every_schedule_gives_the_wired_ones_bits(schedule: int, block_rows: int
     assert_bitwise(f"schedule {schedule}", _run(rows, ctx, block_rows, schedule=schedule), want)
 
 
-@pytest.mark.parametrize(("schedule", "block_rows"), [(3, 128), (4, 64)])
+@pytest.mark.parametrize(("schedule", "block_rows"), [(3, 128), (4, 64), (6, 64)])
 def test_a_schedule_refuses_the_block_size_it_cannot_take(schedule: int, block_rows: int) -> None:
     """Q in registers at two warpgroups does not fit an SM's sub-partitions, and ping-pong needs two warpgroups: a
     clear error, not a failed launch."""
@@ -129,7 +131,7 @@ def _with_nan_tail(rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.T
     return torch.cat([rows["k"], nan]), torch.cat([rows["v"], nan])
 
 
-@pytest.mark.parametrize("schedule", [s for s in att.SCHEDULES if s != PING_PONG])
+@pytest.mark.parametrize("schedule", [s for s in att.SCHEDULES if s not in APART])
 def test_nan_slots_past_a_rows_keys_never_reach_it(schedule: int) -> None:
     """A cache's stale slots can hold anything: a box past the last sample's keys reads NaN rows, and the row's
     bits must be those of the call without them."""

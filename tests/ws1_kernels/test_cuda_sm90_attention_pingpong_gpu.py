@@ -1,7 +1,8 @@
-"""The Hopper attention forward's ping-pong schedule (schedule 4: two warpgroups taking turns around each MMA
-issue, csrc/sm90/attention_sm90.cu) on an sm_90 device, apart from the other schedules' tests and run after them:
-a fault in its barrier turns would hang rather than fail. Its bits must be the wired schedule's (the turns order
-issues only), also with NaN slots past the keys, and 100 reruns must agree.
+"""The Hopper attention forward's ping-pong schedules (4, and 6 with 128-key blocks: two warpgroups taking turns
+around each MMA issue, csrc/sm90/attention_sm90.cu) on an sm_90 device, apart from the other schedules' tests and
+run after them: a fault in their barrier turns would hang rather than fail. Each one's bits must be those of its
+key block's overlapped schedule (the turns order issues only): 4 gives the wired schedule's, 6 the wide schedule
+5's; also with NaN slots past the keys, and 100 reruns must agree.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from ws1_kernels.cuda_sm90 import attention as att  # noqa: E402
 DEV = "cuda"
 HQ, HKV, D = 32, 8, 128
 SCALE = D**-0.5
-LENGTHS = (1, 31, 32, 33, 63, 64, 65, 300)
-PING_PONG = 4
+LENGTHS = (1, 31, 32, 33, 63, 64, 65, 127, 128, 129, 300)
+#: each ping-pong schedule and the overlapped schedule of its key block, whose bits it must give
+TWINS = {4: att.SCHEDULE, 6: 5}
 
 
 def _run(rows_per_block: int, schedule: int, k_extra: int = 0, seed: int = 0) -> torch.Tensor:
@@ -38,26 +40,33 @@ def _run(rows_per_block: int, schedule: int, k_extra: int = 0, seed: int = 0) ->
     )[0]
 
 
-def test_ping_pong_is_a_schedule_of_128_row_blocks() -> None:
-    assert PING_PONG in att.schedules(128) and PING_PONG not in att.schedules(64)
+def test_the_ping_pong_schedules_are_those_of_128_row_blocks() -> None:
+    assert set(att.PING_PONG) == set(TWINS)
+    for s in att.PING_PONG:
+        assert s in att.schedules(128) and s not in att.schedules(64)
+        assert att.key_block(s) == att.key_block(TWINS[s])
 
 
-def test_ping_pong_gives_the_wired_schedules_bits() -> None:
-    assert_bitwise("ping-pong", _run(128, PING_PONG), _run(64, att.SCHEDULE))
+@pytest.mark.parametrize("schedule", sorted(TWINS))
+def test_ping_pong_gives_its_twins_bits(schedule: int) -> None:
+    assert_bitwise("ping-pong", _run(128, schedule), _run(64, TWINS[schedule]))
 
 
-def test_the_control_another_sample_changes_the_bits() -> None:
+@pytest.mark.parametrize("schedule", sorted(TWINS))
+def test_the_control_another_sample_changes_the_bits(schedule: int) -> None:
     with pytest.raises(AssertionError):
-        assert_bitwise("ping-pong", _run(128, PING_PONG, seed=1), _run(64, att.SCHEDULE))
+        assert_bitwise("ping-pong", _run(128, schedule, seed=1), _run(64, TWINS[schedule]))
 
 
-def test_ping_pong_keeps_nan_slots_out() -> None:
-    got = _run(128, PING_PONG, k_extra=64)
+@pytest.mark.parametrize("schedule", sorted(TWINS))
+def test_ping_pong_keeps_nan_slots_out(schedule: int) -> None:
+    got = _run(128, schedule, k_extra=att.key_block(schedule))
     assert bool(torch.isfinite(got).all())
-    assert_bitwise("NaN tail", got, _run(128, PING_PONG))
+    assert_bitwise("NaN tail", got, _run(128, schedule))
 
 
-def test_ping_pong_is_identical_run_to_run() -> None:
-    first = _run(128, PING_PONG)
+@pytest.mark.parametrize("schedule", sorted(TWINS))
+def test_ping_pong_is_identical_run_to_run(schedule: int) -> None:
+    first = _run(128, schedule)
     for _ in range(100):
-        assert_bitwise("rerun", _run(128, PING_PONG), first)
+        assert_bitwise("rerun", _run(128, schedule), first)

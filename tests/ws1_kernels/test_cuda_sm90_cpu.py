@@ -269,9 +269,25 @@ def test_the_hopper_attention_block_sizes_are_the_kernels() -> None:
     assert m is not None and tuple(range(int(m.group(1)))) == sm90_att.SCHEDULES
     assert sm90_att.SCHEDULE in sm90_att.schedules(sm90_att.BLOCK_ROWS)
     # Q in registers at two warpgroups is refused by the kernel's own check, and Python never asks for it
-    assert "!(schedule == 3 && block_rows == 128)" in src and "!(schedule == 4 && block_rows == 64)" in src
+    assert "!(schedule == 3 && block_rows == 128)" in src
+    assert "!((schedule == 4 || schedule == 6) && block_rows == 64)" in src
     assert 3 in sm90_att.schedules(64) and 3 not in sm90_att.schedules(128)
-    assert 4 in sm90_att.schedules(128) and 4 not in sm90_att.schedules(64)
+    for s in sm90_att.PING_PONG:
+        assert s in sm90_att.schedules(128) and s not in sm90_att.schedules(64)
+
+
+def test_the_wide_schedules_are_the_launchers_128_key_cases() -> None:
+    """Schedules 5 and 6 launch the 128-key kernel (cases 2 s + (rows == 128): 10, 11 and 13) and nothing else
+    does; the Python key block follows."""
+    from ws1_kernels.cuda_sm90 import attention as sm90_att
+
+    src = (HEADER.parent / "attention_sm90.cu").read_text()
+    wide_cases = {int(c) for c in re.findall(r"case (\d+): return WS1_ATTN_WIDE", src)}
+    assert wide_cases == {
+        2 * s + (r == 128) for s in sm90_att.WIDE for r in (64, 128) if s in sm90_att.schedules(r)
+    }
+    assert {s for s in sm90_att.SCHEDULES if sm90_att.key_block(s) == 128} == set(sm90_att.WIDE)
+    assert sm90_att.key_block(sm90_att.SCHEDULE) == sm90_att.KEY_BLOCK == 64
     assert sm90_att.FORWARD.tokens(32, 8) == sm90_att.BLOCK_ROWS // 4
 
 

@@ -45,15 +45,28 @@ HEAD_DIM = 128
 #: the kernel's loop (ws1_sm90.h, kSchedules): 0 plain on a 2-slot ring, 1 overlapped (block kb's S issued with block
 #: kb - 1's P V) on 2 slots, 2 overlapped on 3, 3 overlapped on 2 with Q in registers (64-row blocks only: about 200
 #: registers a thread, one CTA an SM), 4 overlapped on 2 with the two warpgroups taking turns to issue (ping-pong;
-#: 128-row blocks only; not yet run on a GPU). Every schedule gives the same bits (the GPU tests compare them), so
-#: this is a speed choice alone: 1 with 64-row blocks was the fastest on the H200 (ci/attn_sm90_variants.py)
+#: 128-row blocks only). Every schedule gives the same bits (the GPU tests compare them), so this is a speed choice
+#: alone: 1 with 64-row blocks was the fastest on the H200 (ci/attn_sm90_variants.py).
+#: 5 and 6 are the wide schedules (``WIDE``): keys in logical blocks of 128, m64n128 S tiles, a producer warpgroup
+#: that hands its registers to the consumers (setmaxnreg), the overlapped loop (5) or ping-pong (6, 128-row blocks
+#: only). A row's online softmax then rescales once per 128 keys, so their bits are their own, the same in every
+#: block size and either wide schedule. Not wired: they wait for their GPU timing against schedule 1.
 SCHEDULE = 1
-SCHEDULES = (0, 1, 2, 3, 4)
+SCHEDULES = (0, 1, 2, 3, 4, 5, 6)
+#: the schedules whose key blocks are 128 keys, not 64 (``key_block``)
+WIDE = (5, 6)
+#: the schedules whose two warpgroups take turns (128-row blocks only; their tests run apart, last)
+PING_PONG = (4, 6)
 
 
 def schedules(rows: int) -> tuple[int, ...]:
     """The schedules a CTA of ``rows`` query rows can run (the extension's ``attn_fwd_schedule_ok``)."""
-    return tuple(s for s in SCHEDULES if not (s == 3 and rows == 128) and not (s == 4 and rows == 64))
+    return tuple(s for s in SCHEDULES if not (s == 3 and rows == 128) and not (s in PING_PONG and rows == 64))
+
+
+def key_block(schedule: int) -> int:
+    """Keys a logical key block of ``schedule``: the unit of the online softmax, so of the bits (128 for ``WIDE``)."""
+    return 128 if schedule in WIDE else 64
 
 
 def supports(hq: int, hkv: int, d: int, rows: int = BLOCK_ROWS) -> bool:
