@@ -39,6 +39,8 @@ LENGTHS = (1, 31, 32, 33, 63, 64, 65, 300)  # straddle the 64-key blocks and the
 #: hang rather than fail, and must not hold up these; the wide schedules' (128-key blocks, bits of their own) are
 #: test_cuda_sm90_attention_wide_gpu.py's
 APART = (*att.PING_PONG, *att.WIDE)
+#: the overlapped loop on 64-key blocks: the bits every schedule of that key block must give, wired or not
+NARROW = 1
 
 
 def _packed(seed: int = 0) -> tuple[LayoutContext, dict[str, torch.Tensor]]:
@@ -95,11 +97,10 @@ def test_a_row_gets_the_same_bits_in_a_row_block_and_alone(block_rows: int) -> N
     [(s, r) for r in (64, 128, None) for s in att.schedules(r or 64) if s not in APART],
 )
 def test_every_schedule_gives_the_wired_ones_bits(schedule: int, block_rows: int | None) -> None:
-    """The plain and the overlapped loops, on 2 or 3 slots, with Q in shared memory or in registers, with or
-    without ping-pong, do the same operations per row in the same order: each gives the bits of the wired schedule
-    at 64-row blocks."""
+    """The plain and the overlapped loops, on 2 or 3 slots, with Q in shared memory or in registers, do the same
+    operations per row in the same order: each gives the bits of the overlapped loop at 64-row blocks."""
     ctx, rows = _packed()
-    want = _run(rows, ctx, 64, schedule=att.SCHEDULE)
+    want = _run(rows, ctx, 64, schedule=NARROW)
     assert_bitwise(f"schedule {schedule}", _run(rows, ctx, block_rows, schedule=schedule), want)
 
 
