@@ -58,6 +58,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="also time the Hopper backward (ws1_sm90.attn_bwd) beside SDPA's backward and the generic ws1.attn_bwd",
     )
+    ap.add_argument(
+        "--decode",
+        type=int,
+        metavar="CACHE",
+        help="also time decode: --decode-batch requests of one query after CACHE cached keys, each key block's "
+        "overlapped schedule (1, and the wide 5) one token a CTA (the step path) and in the trainer's row blocks, "
+        "beside SDPA's decode",
+    )
+    ap.add_argument(
+        "--decode-batch", type=int, action="append", metavar="B", help="requests (repeatable; default 64)"
+    )
     ap.add_argument("--out", type=Path, required=True)
     ns = ap.parse_args(argv)
     ns.variants = VARIANTS
@@ -70,6 +81,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         if bad:
             raise ArgError(f"--variant {bad[0]}: not one of {VARIANTS}")
     ns.tokens = ns.tokens or [4096, 8192, 16384]
+    ns.decode_batch = ns.decode_batch or [64]
+    if ns.decode is not None and (ns.decode < 1 or min(ns.decode_batch) < 1):
+        raise ArgError("--decode and --decode-batch must be at least 1")
     if ns.seq < 1 or ns.reps < 1 or ns.warmup < 0:
         raise ArgError("--seq and --reps must be at least 1, --warmup at least 0")
     for t in ns.tokens:
@@ -157,6 +171,72 @@ def _backward(ctx, q, k, v, qs, ks, vs, flops: float, ns: argparse.Namespace) ->
     return rec
 
 
+#: decode variants: (block rows, schedule, one token a CTA): the step path (no table) and the trainer's row blocks
+DECODE_VARIANTS = ((64, 1, True), (64, 5, True), (64, 1, False), (128, 5, False))
+
+
+def _decode(ns: argparse.Namespace, batch: int) -> tuple[dict[str, object], int]:
+    """Decode at ``batch`` requests of one query token after ``ns.decode`` cached keys (each request's keys
+    contiguous): each of DECODE_VARIANTS and SDPA's decode (one query on [B, Hkv, C + 1, D] views), GB/s of the K and
+    V read; each variant's bits against the first of its key block."""
+    import torch
+    import torch.nn.functional as F
+
+    c = ns.decode + 1
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(batch, HQ, D, device="cuda", generator=g).to(torch.bfloat16)
+    k, v = (torch.randn(batch * c, HKV, D, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
+    key_base = torch.arange(batch, dtype=torch.int32, device="cuda") * c
+    n_keys = torch.full((batch,), c, dtype=torch.int32, device="cuda")
+    blocks = torch.stack(
+        [torch.arange(batch), torch.ones(batch, dtype=torch.int64), torch.full((batch,), c)], 1
+    )
+    blocks = blocks.to(torch.int32).cuda()
+    kv_bytes = 2.0 * batch * c * HKV * D * 2
+    rec: dict[str, object] = {"batch": batch, "cache": ns.decode, "variants": []}
+    first: dict[int, torch.Tensor] = {}
+    status = 0
+    for rows, schedule, per_token in DECODE_VARIANTS:
+
+        def call(rows=rows, schedule=schedule, per_token=per_token):  # type: ignore[no-untyped-def]
+            return torch.ops.ws1_sm90.attn_fwd(
+                q, k, v, key_base, n_keys, None if per_token else blocks, rows, D**-0.5, schedule
+            )[0]
+
+        kb = 128 if schedule in WIDE else 64
+        out = call()
+        same = bool(torch.equal(out.view(torch.int16), first.setdefault(kb, out).view(torch.int16)))
+        status |= 0 if same else 1
+        ms = _time(call, ns.reps, ns.warmup)
+        rec["variants"].append(  # type: ignore[union-attr]
+            {
+                "block_rows": rows,
+                "schedule": schedule,
+                "key_block": kb,
+                "one_token_a_cta": per_token,
+                "ms": ms,
+                "gbs": kv_bytes / ms / 1e6,
+                "same_bits": same,
+            }
+        )
+    qs = q.view(batch, 1, HQ, D).transpose(1, 2)
+    ks, vs = (x.view(batch, c, HKV, D).transpose(1, 2) for x in (k, v))
+    sdpa = _time(
+        lambda: F.scaled_dot_product_attention(qs, ks, vs, scale=D**-0.5, enable_gqa=True), ns.reps, ns.warmup
+    )
+    rec["sdpa_ms"] = sdpa
+    for var in rec["variants"]:  # type: ignore[union-attr]
+        var["ratio_to_sdpa"] = sdpa / var["ms"]
+        print(
+            f"decode batch {batch} cache {ns.decode} rows {var['block_rows']} schedule {var['schedule']} "
+            f"({'one token a CTA' if var['one_token_a_cta'] else 'row blocks'}): {var['ms']:.3f} ms "
+            f"({var['gbs']:.0f} GB/s, {var['ratio_to_sdpa']:.2f}x SDPA {sdpa:.3f} ms) bits "
+            f"{'same' if var['same_bits'] else 'DIFFER'}",
+            flush=True,
+        )
+    return rec, status
+
+
 def run(ns: argparse.Namespace) -> int:
     import torch
     import torch.nn.functional as F
@@ -226,9 +306,20 @@ def run(ns: argparse.Namespace) -> int:
                 flush=True,
             )
         records.append(rec)
+    decode = []
+    for batch in ns.decode_batch if ns.decode is not None else []:
+        drec, dstatus = _decode(ns, batch)
+        decode.append(drec)
+        status |= dstatus
     ns.out.write_text(
         json.dumps(
-            {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records}, indent=1
+            {
+                "device": torch.cuda.get_device_name(),
+                "torch": torch.__version__,
+                "records": records,
+                "decode": decode,
+            },
+            indent=1,
         )
     )
     return status

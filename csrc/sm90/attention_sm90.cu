@@ -5,7 +5,8 @@
 //   - a CTA takes one row block: consecutive tokens of one sample times the group's query heads of one kv head
 //     (row r = token r / G of the block, head g G + r % G), so its rows share their keys; the host builds the
 //     blocks once per layout, or passes none and the CTA takes one token (the step path);
-//   - the keys are walked in fixed logical blocks of 64 from position 0 up to the block's last key;
+//   - the keys are walked in fixed logical blocks of 64 (128 in the wide schedules, whose bits are therefore their
+//     own) from position 0 up to the block's last key;
 //   - per row: S = Q K^T over the head dim in ascending 16-wide wgmma k-steps, keys at or past the row's own
 //     n_keys masked to -inf by a select, the row max and the row sum of p = exp2(s - m) in a fixed order (a
 //     thread's 16 values in ascending key order, then the quad's butterfly), l = l alpha + sum, and
@@ -14,8 +15,8 @@
 //   exactly, the sum adds +0, P V adds exact zeros), so a row's bits do not depend on the block it lands in.
 //
 // How it is laid out on the machine:
-//   - one producer warp streams each key block's K and V (a 64 x 128 box each) by TMA into a ring of kStages slots,
-//     one full and one empty mbarrier a slot;
+//   - one producer warp (a warpgroup in the wide schedules) streams each key block's K and V (a 64 x 128 box each,
+//     128 x 128 wide) by TMA into a ring of kStages slots, one full and one empty mbarrier a slot;
 //   - W consumer warpgroups take 64 query rows each (W = 2: 128-row blocks, so each key block TMA writes to shared
 //     memory feeds twice the MMA work, 128 flops a byte, and L2 is not the limit);
 //   - S is wgmma m64n64k16 with Q and K from shared memory (K-major, 128-byte swizzle); P V is m64n128k16 with P

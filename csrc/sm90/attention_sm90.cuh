@@ -1,8 +1,9 @@
 // What the Hopper attention's forward (attention_sm90.cu) and backward (attention_bwd_sm90.cu) share: the widths,
 // the shared-memory layout of a 64 x 128 tile of rows (K-major, 128-byte swizzle, so wgmma reads it as an A or B
 // operand) and its transposed view (the same bytes as an MN-major B operand), and the bf16 packing of a register
-// fragment. Both files keep the same rule: keys in logical blocks of 64 from the sample's position 0, query rows
-// in blocks of 64 (tokens x the group's heads) aligned to the sample's first token.
+// fragment. Both files keep the same rule: keys in logical blocks from the sample's position 0 (64 keys, kKeys; the
+// forward's wide schedules take 128), query rows in blocks of 64 (tokens x the group's heads) aligned to the sample's
+// first token.
 #pragma once
 
 #include "cute/tensor.hpp"

@@ -20,6 +20,8 @@ SCRIPT = load_repo_script("ci/attn_sm90_variants.py", "ws1_attn_sm90_variants")
         ["--variant", "x"],
         ["--tokens", "100", "--seq", "64"],  # not a multiple of the sample
         ["--reps", "0"],
+        ["--decode", "0"],  # no cache
+        ["--decode", "64", "--decode-batch", "0"],
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(
@@ -52,3 +54,11 @@ def test_the_variants_are_the_kernels_schedules() -> None:
     want = {(r, s) for s in att.SCHEDULES for r in (64, 128) if s in att.schedules(r)}
     assert set(SCRIPT.VARIANTS) == want and len(SCRIPT.VARIANTS) == len(want)
     assert tuple(SCRIPT.WIDE) == tuple(att.WIDE)
+
+
+def test_the_control_decode_arguments_parse() -> None:
+    ns = SCRIPT.parse(
+        ["--decode", "4096", "--decode-batch", "1", "--decode-batch", "64", "--out", "/nonexistent/v.json"]
+    )
+    assert ns.decode == 4096 and ns.decode_batch == [1, 64]
+    assert SCRIPT.parse(["--out", "/nonexistent/v.json"]).decode is None

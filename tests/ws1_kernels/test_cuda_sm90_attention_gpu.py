@@ -96,7 +96,7 @@ def test_a_row_gets_the_same_bits_in_a_row_block_and_alone(block_rows: int) -> N
     ("schedule", "block_rows"),
     [(s, r) for r in (64, 128, None) for s in att.schedules(r or 64) if s not in APART],
 )
-def test_every_schedule_gives_the_wired_ones_bits(schedule: int, block_rows: int | None) -> None:
+def test_every_narrow_schedule_gives_the_overlapped_loops_bits(schedule: int, block_rows: int | None) -> None:
     """The plain and the overlapped loops, on 2 or 3 slots, with Q in shared memory or in registers, do the same
     operations per row in the same order: each gives the bits of the overlapped loop at 64-row blocks."""
     ctx, rows = _packed()

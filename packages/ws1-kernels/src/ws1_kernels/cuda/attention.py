@@ -100,7 +100,12 @@ _CACHE: weakref.WeakKeyDictionary[LayoutContext, dict[tuple[torch.device, int | 
 def row_blocks(ctx: LayoutContext, rows: int, n_keys: list[int], tokens: int) -> list[tuple[int, int, int]]:
     """The tiled forward's row blocks ``(first row, rows, key count)``: each segment's rows in runs of at most
     ``tokens``, then every run of pad rows (rows no segment holds) likewise with key count 0. A block never spans
-    two samples, so its rows share their keys; its key count is the largest ``n_keys`` of its rows."""
+    two samples, so its rows share their keys; its key count is the largest ``n_keys`` of its rows.
+
+    The longest walks come first (key count descending, ties in row order): a CTA takes the block of its index, so
+    the grid's last wave holds the shortest walks rather than, as in row order, the last sample's longest. A block's
+    rows and their operations do not depend on where it sits in the list, so the order is the grid's alone and
+    changes no bits."""
     out: list[tuple[int, int, int]] = []
     held = [False] * rows
     for seg in ctx.segments:
@@ -118,6 +123,7 @@ def row_blocks(ctx: LayoutContext, rows: int, n_keys: list[int], tokens: int) ->
             e += 1
         out.append((r, e - r, 0))
         r = e
+    out.sort(key=lambda b: -b[2])  # stable: equal key counts stay in row order
     return out
 
 

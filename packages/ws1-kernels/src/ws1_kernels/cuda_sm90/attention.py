@@ -3,10 +3,11 @@
 csrc/sm90/attention_bwd_sm90.cu).
 
 The forward keeps the generic tiled kernel's rule (row blocks of one sample that share their keys, keys in fixed
-logical blocks of 64 from position 0, every row reduction in an order fixed by the block and the head dim), so a
-row's bits do not depend on the block it lands in: a packed prefill, a chunked prefill and a decode step agree.
-What changes is the machine: K and V by TMA from a producer warp, S and P V on wgmma, the next block's S issued
-with this block's P V. The host tables (key bases, key counts, row blocks) are the generic module's, built once
+logical blocks from position 0, every row reduction in an order fixed by the block and the head dim), so a row's
+bits do not depend on the block it lands in: a packed prefill, a chunked prefill and a decode step agree. What
+changes is the machine: K and V by TMA from a producer, S and P V on wgmma, the next block's S issued with this
+block's P V. The wired schedule walks keys in blocks of 128 (``WIDE``; the generic kernel's are 64, so the two
+profiles' bits differ, each invariant on its own). The host tables (key bases, key counts, row blocks) are the generic module's, built once
 per layout.
 The backward keeps the same blocks: dQ per row block over the key blocks in ascending order, dK and dV per (key
 block, kv head) over the row blocks that see it, in ascending order, with the group's heads summed inside the MMA.
@@ -35,10 +36,11 @@ KEY_BLOCK = 64
 #: rather than one kernel each. The same bits either way (a GPU test compares them); a speed choice: 7.6 against
 #: 10.5 ms at 8192 tokens and 14.0 against 18.7 ms at 16384 on an H100 (ci/attn_sm90_variants.py --backward, eced04b)
 FUSE_DKV = True
-#: query rows a CTA of the row-block path takes: one consumer warpgroup of 64 (16 tokens x a group of 4). Two
-#: warpgroups of 64 sharing each key block (128) were 2-6% slower on the H200 (ci/attn_sm90_variants.py, 4096-16384
-#: tokens): with 64, two CTAs share an SM and progress independently. Every choice gives the same bits
-BLOCK_ROWS = 64
+#: query rows a CTA of the row-block path takes: two consumer warpgroups of 64 (32 tokens x a group of 4) sharing
+#: each 128-key block. With 64-key blocks one warpgroup of 64 was 2-6% faster on the H200 (two CTAs share an SM); the
+#: wide schedule at 64 rows holds 144 KB of shared memory, one CTA an SM, and was 0.50-0.56x SDPA against 0.69-0.77x
+#: at 128 rows (H100, ci/attn_sm90_variants.py). Every choice gives the same bits
+BLOCK_ROWS = 128
 #: the step path's CTA (one token, so one warpgroup of 64 rows is plenty)
 STEP_BLOCK_ROWS = 64
 HEAD_DIM = 128
@@ -46,12 +48,14 @@ HEAD_DIM = 128
 #: kb - 1's P V) on 2 slots, 2 overlapped on 3, 3 overlapped on 2 with Q in registers (64-row blocks only: about 200
 #: registers a thread, one CTA an SM), 4 overlapped on 2 with the two warpgroups taking turns to issue (ping-pong;
 #: 128-row blocks only). Every schedule gives the same bits (the GPU tests compare them), so this is a speed choice
-#: alone: 1 with 64-row blocks was the fastest on the H200 (ci/attn_sm90_variants.py).
+#: alone: of 0-4, 1 with 64-row blocks was the fastest on the H200 (ci/attn_sm90_variants.py).
 #: 5 and 6 are the wide schedules (``WIDE``): keys in logical blocks of 128, m64n128 S tiles, a producer warpgroup
 #: that hands its registers to the consumers (setmaxnreg), the overlapped loop (5) or ping-pong (6, 128-row blocks
 #: only). A row's online softmax then rescales once per 128 keys, so their bits are their own, the same in every
-#: block size and either wide schedule. Not wired: they wait for their GPU timing against schedule 1.
-SCHEDULE = 1
+#: block size and either wide schedule. 5 at 128-row blocks is wired: on an H100 at 343d7a8 it was 0.74x, 0.69x
+#: and 0.77x SDPA at 4096, 8192 and 16384 tokens (4096-token samples) against 0.71x, 0.66x and 0.72x for 1 at 64
+#: rows, and 6 was 0.54-0.60x (ci/attn_sm90_variants.py, docs/cuda_sm90.md)
+SCHEDULE = 5
 SCHEDULES = (0, 1, 2, 3, 4, 5, 6)
 #: the schedules whose key blocks are 128 keys, not 64 (``key_block``)
 WIDE = (5, 6)
