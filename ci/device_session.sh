@@ -35,6 +35,12 @@ cd "$(dirname "$0")/.." || exit 2
 # runs; or SOURCE_COMMIT and SOURCE_TREE (`git rev-parse <commit>^{tree}` where the commit is) name what came,
 # the files are hashed into a tree here and compared, and they run in place, the evidence stating SOURCE_COMMIT.
 if [ -n "${SOURCE_COMMIT:-}" ]; then
+  # the harness takes only a full commit (a short one failed every step of a call after its build, on 2026-12-07):
+  # refuse it here, before any device time is spent
+  [[ "$SOURCE_COMMIT" =~ ^[0-9a-f]{40}$ ]] || {
+    echo "device_session: SOURCE_COMMIT must be the full 40-hex commit (git rev-parse <commit>), got $SOURCE_COMMIT"
+    exit 2
+  }
   need SOURCE_TREE "the tree of SOURCE_COMMIT: git rev-parse SOURCE_COMMIT^{tree}"
   idx=$(mktemp -u)
   tree=$(GIT_INDEX_FILE=$idx git add -A . 2>/dev/null && GIT_INDEX_FILE=$idx git write-tree)

@@ -122,6 +122,7 @@ def test_an_80g_card_runs_both_halves_and_the_gate_in_one_call(
         ({"MODE_H200": "fastest"}, "unknown mode fastest"),
         ({"MODE_H200": "merged"}, "set MERGED_CPU"),
         ({"MODE_H200": ""}, "set MODE_H200"),
+        ({"SOURCE_COMMIT": "1a8e22b", "SOURCE_TREE": "ab" * 20}, "full 40-hex commit"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -6,8 +6,8 @@ The forward keeps the generic tiled kernel's rule (row blocks of one sample that
 logical blocks from position 0, every row reduction in an order fixed by the block and the head dim), so a row's
 bits do not depend on the block it lands in: a packed prefill, a chunked prefill and a decode step agree. What
 changes is the machine: K and V by TMA from a producer, S and P V on wgmma, the next block's S issued with this
-block's P V. The wired schedule walks keys in blocks of 128 (``WIDE``; the generic kernel's are 64, so the two
-profiles' bits differ, each invariant on its own). The host tables (key bases, key counts, row blocks) are the generic module's, built once
+block's P V. The wired schedule walks keys in blocks of 64; the unwired wide schedules (``WIDE``) walk them in
+blocks of 128, which gives bits of their own. The host tables (key bases, key counts, row blocks) are the generic module's, built once
 per layout.
 The backward keeps the same blocks: dQ per row block over the key blocks in ascending order, dK and dV per (key
 block, kv head) over the row blocks that see it, in ascending order, with the group's heads summed inside the MMA.
@@ -36,11 +36,10 @@ KEY_BLOCK = 64
 #: rather than one kernel each. The same bits either way (a GPU test compares them); a speed choice: 7.6 against
 #: 10.5 ms at 8192 tokens and 14.0 against 18.7 ms at 16384 on an H100 (ci/attn_sm90_variants.py --backward, eced04b)
 FUSE_DKV = True
-#: query rows a CTA of the row-block path takes: two consumer warpgroups of 64 (32 tokens x a group of 4) sharing
-#: each 128-key block. With 64-key blocks one warpgroup of 64 was 2-6% faster on the H200 (two CTAs share an SM); the
-#: wide schedule at 64 rows holds 144 KB of shared memory, one CTA an SM, and was 0.50-0.56x SDPA against 0.69-0.77x
-#: at 128 rows (H100, ci/attn_sm90_variants.py). Every choice gives the same bits
-BLOCK_ROWS = 128
+#: query rows a CTA of the row-block path takes: one consumer warpgroup of 64 (16 tokens x a group of 4). Two
+#: warpgroups of 64 sharing each key block (128) were 2-6% slower on the H200 (ci/attn_sm90_variants.py, 4096-16384
+#: tokens): with 64, two CTAs share an SM and progress independently. Every choice gives the same bits
+BLOCK_ROWS = 64
 #: the step path's CTA (one token, so one warpgroup of 64 rows is plenty)
 STEP_BLOCK_ROWS = 64
 HEAD_DIM = 128
@@ -52,10 +51,11 @@ HEAD_DIM = 128
 #: 5 and 6 are the wide schedules (``WIDE``): keys in logical blocks of 128, m64n128 S tiles, a producer warpgroup
 #: that hands its registers to the consumers (setmaxnreg), the overlapped loop (5) or ping-pong (6, 128-row blocks
 #: only). A row's online softmax then rescales once per 128 keys, so their bits are their own, the same in every
-#: block size and either wide schedule. 5 at 128-row blocks is wired: on an H100 at 343d7a8 it was 0.74x, 0.69x
-#: and 0.77x SDPA at 4096, 8192 and 16384 tokens (4096-token samples) against 0.71x, 0.66x and 0.72x for 1 at 64
-#: rows, and 6 was 0.54-0.60x (ci/attn_sm90_variants.py, docs/cuda_sm90.md)
-SCHEDULE = 5
+#: block size and either wide schedule. Not wired, measured on the H200 at 1a8e22b (ci/attn_sm90_variants.py,
+#: docs/cuda_sm90.md): 5 at 128 rows is 0.70-0.76x SDPA on 4096-token samples against 0.65-0.70x for 1 at 64 rows,
+#: but the same on the bench's 1024-token samples (0.62x and 0.50x against 0.63x and 0.52x), and slower at decode
+#: (one token a CTA, 4096 cached keys: 0.87x and 0.84x SDPA at 64 and 256 requests against 0.97x and 0.94x)
+SCHEDULE = 1
 SCHEDULES = (0, 1, 2, 3, 4, 5, 6)
 #: the schedules whose key blocks are 128 keys, not 64 (``key_block``)
 WIDE = (5, 6)
