@@ -15,7 +15,9 @@ EVIDENCE = REPO / "docs" / "evidence"
 MATRIX_NAME = re.compile(r"^([a-z0-9_]+)\.sm\d+[a-z]?(-proxy)?\.json$")
 #: a CPU shard carries no arch in its name (the committed CPU shard of the merged run)
 CPU_MATRIX_NAME = re.compile(r"^(portable_cpu|native_torch)\.json$")
-CHAIN_NAME = re.compile(r"^chain-([a-z0-9_]+)\.sm\d+[a-z]?(-proxy)?-L\d+\.json$")
+#: `ws1 chain`'s evidence: `chain-<profile>.<arch>[-<model>]-L<layers>.json` (the model is in the name since the
+#: chain took --model: a pattern without it matched no committed chain, so no chain file was judged fresh or stale)
+CHAIN_NAME = re.compile(r"^chain-([a-z0-9_]+)\.sm\d+[a-z]?(?:-proxy)?(?:-[a-z0-9][a-z0-9.-]*?)?-L\d+\.json$")
 #: one of the shards of a matrix run as `ws1 matrix --shard i/n` (the GPU sessions' full-width matrices):
 #: `<profile>.<arch>.shard-<i>-of-<n>.json`, all n of them in one folder
 SHARD_NAME = re.compile(r"^([a-z0-9_]+)\.(sm\d+[a-z]?(?:-proxy)?)\.shard-(\d+)-of-(\d+)\.json$")
@@ -97,6 +99,17 @@ CHAIN_COMPANIONS: dict[str, str] = {
     "merged-h200-35ae4ff": (
         "the 36-layer triton_cuda_bf16 chain at 35ae4ff on the H200 and that run's triton matrix, which it merges "
         "with; the current matrices are merged-h100-349bad3's (no chain was run at 349bad3: no H200 came)"
+    ),
+}
+
+
+#: Bundles holding a 36-layer chain with no matrix of its commit beside it (a device call that ran the chain alone):
+#: the chain passes its own gate (reduced: no matrix cell) and its freshness is judged, but `--require-chain` needs a
+#: matrix of the same commit, so the chain companion above stays the one that is merged and gated in full: folder -> why.
+CHAIN_ONLY: dict[str, str] = {
+    "steps-h200-1a8e22b": (
+        "the 36-layer triton_cuda_bf16 chain at 1a8e22b on the H200 (the long tier finalised; short and primary judged "
+        "green in the call before, kept as a partial file the step's time limit cut): no merged run came at 1a8e22b"
     ),
 }
 

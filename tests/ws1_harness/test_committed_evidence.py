@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from evidence_files import (
     CHAIN_COMPANIONS,
+    CHAIN_ONLY,
     EVIDENCE,
     MATRIX_NAME,
     SHARD_NAME,
@@ -104,10 +105,37 @@ def test_one_current_bundle_per_profile_and_arch() -> None:
         assert other == matrix.label, f"{matrix.profile}@{matrix.arch} in both {other} and {matrix.label}"
 
 
-def _chain_bundles() -> list[str]:
+def _all_chain_bundles() -> list[str]:
     return sorted(
         {p.relative_to(EVIDENCE).parts[0] for p in EVIDENCE.rglob("chain-triton_cuda_bf16.*-L36.json")}
     )
+
+
+def _chain_bundles() -> list[str]:
+    """The bundles whose 36-layer chain is merged with a matrix of its run (CHAIN_ONLY's have none)."""
+    return [b for b in _all_chain_bundles() if b not in CHAIN_ONLY]
+
+
+@pytest.mark.parametrize("folder", sorted(CHAIN_ONLY))
+def test_a_chain_only_bundle_passes_its_own_gate(folder: str) -> None:
+    """A chain run alone (no matrix of its commit) still passes `ws1 gate` on its own cells (reduced)."""
+    chains = sorted((EVIDENCE / folder).rglob("chain-triton_cuda_bf16.*-L36.json"))
+    assert chains, f"{folder}: no 36-layer chain: take it off CHAIN_ONLY"
+    for path in chains:
+        assert cli.main(["gate", str(path)]) == 0, path
+
+
+def test_the_control_an_edited_chain_is_refused(tmp_path: Path) -> None:
+    """The gate call above can fail: a chain-only bundle's chain with its first tier's parity turned false."""
+    import json
+
+    folder = sorted(CHAIN_ONLY)[0]
+    path = sorted((EVIDENCE / folder).rglob("chain-triton_cuda_bf16.*-L36.json"))[0]
+    doc = json.loads(path.read_text())
+    doc["chain_cells"][0]["judgments"][0]["passed"] = False
+    bad = tmp_path / path.name
+    bad.write_text(json.dumps(doc))
+    assert cli.main(["gate", str(bad)]) != 0
 
 
 def test_the_36_layer_chain_passes_full_with_its_own_runs_matrix(tmp_path: Path) -> None:

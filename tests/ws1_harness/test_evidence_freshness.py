@@ -21,12 +21,25 @@ from ws1_harness.verdict import freshness
 #: replaced by the next GPU run); every file a key covers must be stale, and only those files are exempt
 KNOWN_STALE: dict[str, str] = {
     "merged-h200-35ae4ff/triton_cuda_bf16": (
-        "the 36-layer chain's companion matrix: at 349bad3 the step path's rope became two ops (its angles once a "
-        "step, its rotation for q and k of every layer; triton_ops/step_ops.py, native.py, csrc/launch/ws1_launch.cpp), "
-        "the same two kernels with the same arguments. The merged run at 349bad3 (merged-h100-349bad3) passed every GPU "
-        "test, among them the replayed split rope against rope's bits and the step scenarios (eager, compiled, graph) "
-        "against the packed forward, and its Triton matrix is current. The 36-layer chain does not fit an 80 GB H100 "
-        "(bench-h100-473ee98-steps/chain-L36-oom.log) and no H200 came: the next H200 chain run replaces it"
+        "the 36-layer chain and its companion matrix at 35ae4ff: at 349bad3 the step path's rope became two ops (its "
+        "angles once a step, its rotation for q and k of every layer; triton_ops/step_ops.py, native.py, "
+        "csrc/launch/ws1_launch.cpp), the same two kernels with the same arguments. The 36-layer chain at 1a8e22b on "
+        "the H200 (steps-h200-1a8e22b, a chain-only bundle) is green with parity 0 on every tier, but no Triton matrix "
+        "ran at 1a8e22b to merge it with, so this pair stays the one that passes gate --full --require-chain until a "
+        "merged run on the H200 brings both"
+    ),
+    "merged-h100-349bad3/cuda_bf16": (
+        "cuda/attention.py at 9da9892: the tiled forward's row blocks are listed longest walk first (row_blocks), the "
+        "grid's order alone: a block's rows and their operations are the same wherever it sits. Not yet run on a GPU "
+        "for the generic tiled forward (the Hopper dQ kernel reads the same list: its GPU tests passed at 1a8e22b on "
+        "the H200); no merged run came after it"
+    ),
+    "merged-h100-349bad3/cuda_bf16_sm90": (
+        "csrc/sm90/attention_sm90.cu at 6754265 gained the unwired wide schedules 5 and 6 (the kernel template took the "
+        "key block kN, 64 by default, so the wired schedule's code is the same), and the row blocks' order above. Every "
+        "Hopper attention GPU test passed with schedule 1 wired at 343d7a8 on an H100 (66, the wide ones among them) "
+        "and memcheck and racecheck were clean over every schedule and both backward walks "
+        "(attention-sm90-h100-4e94edc/call-343d7a8); no merged run came after it"
     ),
 }
 
@@ -143,3 +156,15 @@ def test_an_unknown_commit_or_profile_is_an_error_not_a_pass(toy_repo: tuple[Pat
         freshness.check(root, "ev.json", "cuda_bf16", "0" * 40)
     with pytest.raises(freshness.FreshnessError, match="no source list"):
         freshness.check(root, "ev.json", "my_plugin_profile", commit)
+
+
+def test_the_committed_36_layer_chains_are_judged() -> None:
+    """Chain files are named with their model (`chain-<profile>.<arch>-<model>-L36.json`): each committed one is in
+    the freshness check. The control: the pattern without the model matched none of them."""
+    import re
+
+    chains = sorted(EVIDENCE.rglob("chain-triton_cuda_bf16.*-L36.json"))
+    judged = {p for p, _, chain in evidence_files() if chain}
+    assert chains and set(chains) <= judged
+    old = re.compile(r"^chain-([a-z0-9_]+)\.sm\d+[a-z]?(-proxy)?-L\d+\.json$")
+    assert not any(old.match(p.name) for p in chains)
