@@ -4,6 +4,11 @@ on the generic kernel) mixed into the bench's backward rows. Medians of `triton.
 stdout, one per (shape, M, direction).
 
     python ci/gemm_dx_probe.py --m 1 --m 64 --m 512 --m 4096
+    python ci/gemm_dx_probe.py --m 384 --m 512 --tile 1 --tile 3   # the mid tile against the mid bucket's wide one
+
+`--tile T` also times `ws1_sm90.gemm_tile` on tile T (0 small, 1 mid, 2 large, 3 the mid bucket's 128 x 192) at
+every point, forward and dx (directions `fwd_tile<T>`, `dx_tile<T>`): every tile gives the same bits, so which one
+runs is a speed choice, and this is where it is made.
 """
 
 from __future__ import annotations
@@ -39,7 +44,12 @@ def main() -> None:
         action="store_true",
         help="also time the forward on x zero-padded to 64 rows (is a short A the slow part at small M?)",
     )
+    ap.add_argument(
+        "--tile", type=int, action="append", dest="tiles", metavar="T", help="also time tile T (0-3)"
+    )
     args = ap.parse_args()
+    if any(t not in (0, 1, 2, 3) for t in args.tiles or ()):
+        raise SystemExit(f"gemm_dx_probe: --tile must be 0, 1, 2 or 3, got {args.tiles}")
     if ws1_kernels.cuda_sm90.extension() is None:
         raise SystemExit(f"gemm_dx_probe: {ws1_kernels.cuda_sm90.missing_reason()}")
     for name, (k, n) in gemm_shapes().items():
@@ -52,6 +62,15 @@ def main() -> None:
                 "fwd": (partial(torch.ops.ws1_sm90.gemm, x, w, True), partial(torch.mm, x, wt)),
                 "dx": (partial(torch.ops.ws1_sm90.gemm, dy, w, False), partial(torch.mm, dy, w)),
             }
+            for t in args.tiles or ():
+                pairs[f"fwd_tile{t}"] = (
+                    partial(torch.ops.ws1_sm90.gemm_tile, x, w, True, t),
+                    partial(torch.mm, x, wt),
+                )
+                pairs[f"dx_tile{t}"] = (
+                    partial(torch.ops.ws1_sm90.gemm_tile, dy, w, False, t),
+                    partial(torch.mm, dy, w),
+                )
             if args.padded and m < 64:
                 xp = torch.zeros(64, k, device="cuda", dtype=torch.bfloat16)
                 xp[:m] = x

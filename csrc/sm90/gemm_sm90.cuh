@@ -64,6 +64,12 @@ using MidOut = Config<LayoutB, Shape<_128, _128, _64>, Shape<_1, _1, _1>,
                       cutlass::epilogue::TmaWarpSpecializedCooperative, ElementOut>;
 template <class LayoutB>
 using Mid = MidOut<LayoutB, Element>;
+// 64 < M <= 1024 where N makes the 128 x 128 tile's last wave a partial one and 128 x 192 tiles fit one wave
+// (gemm_mid_wide_pick): qkv's N = 6144 at M = 512 is 192 tiles of 128 x 128 for 132 SMs, 128 of 128 x 192
+template <class LayoutB>
+using MidWide = Config<LayoutB, Shape<_128, _192, _64>, Shape<_1, _1, _1>,
+                       cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                       cutlass::epilogue::TmaWarpSpecializedCooperative>;
 // M > 1024
 template <class LayoutB>
 using Large = Config<LayoutB, Shape<_128, _256, _64>, Shape<_1, _2, _1>,

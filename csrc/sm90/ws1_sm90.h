@@ -38,6 +38,19 @@ int gemm_small_infos(KernelInfo* out, int cap);
 int gemm_mid_infos(KernelInfo* out, int cap);
 int gemm_large_infos(KernelInfo* out, int cap);
 
+// The mid bucket's wide tile (gemm_sm90_mid_wide.cu, 128 x 192): every tile gives an element the same accumulator
+// chain, so the same bits; which one runs is a speed choice. gemm_mid_wide_pick says where it would run: a mid-bucket
+// call whose 128 x 192 tiles fit one wave of the SMs while its 128 x 128 tiles do not. Not wired until timed
+// (kMidWideWired); gemm_tile runs any tile at any M (0 small, 1 mid, 2 large, 3 mid wide) for the tests and probes.
+constexpr bool kMidWideWired = false;
+constexpr int kGemmTiles = 4;
+bool gemm_mid_wide_pick(int64_t m, int64_t n, int sm_count);
+cudaError_t gemm_mid_wide(const bf16* a, const bf16* b, bf16* c, int m, int n, int k, bool b_trans, int device,
+                          int sm_count, cudaStream_t stream);
+int gemm_mid_wide_infos(KernelInfo* out, int cap);
+cudaError_t gemm_tile(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n, int64_t k, bool b_trans, int tile,
+                      int device, int sm_count, cudaStream_t stream);
+
 // c [m, n] fp32 = a [m, k] b^T with b [n, k] (b_trans), or a b with b [k, n] (gemm_sm90_f32.cu: the mid tile
 // for every m, the accumulator stored unrounded); n and k multiples of 8.
 cudaError_t gemm_f32out(const bf16* a, const bf16* b, float* c, int64_t m, int64_t n, int64_t k, bool b_trans,

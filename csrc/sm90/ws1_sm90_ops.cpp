@@ -92,11 +92,35 @@ Tensor gemm_f32_meta(const Tensor& a, const Tensor& b, bool b_trans) {
   return at::empty({a.size(0), b_trans ? b.size(0) : b.size(1)}, a.options().dtype(at::kFloat));
 }
 
+// bf16 out on a named tile at any M (ws1_sm90.h, gemm_tile): for the tests that hold every tile to one set of bits
+// and for the probes that time them; the candidate calls `gemm`
+Tensor gemm_tile(const Tensor& a, const Tensor& b, bool b_trans, int64_t tile) {
+  TORCH_CHECK(0 <= tile && tile < ws1::sm90::kGemmTiles, "sm90.gemm_tile: tile must be in [0, ", ws1::sm90::kGemmTiles,
+              "), got ", tile);
+  const GemmCall g = gemm_call("sm90.gemm_tile", a, b, b_trans);
+  const c10::cuda::CUDAGuard guard(a.device());
+  if (g.m == 0) return at::empty({0, g.nc}, a.options());
+  if (g.r == 0) return at::zeros({g.m, g.nc}, a.options());
+  Tensor c = at::empty({g.a_run.size(0), g.nc}, a.options());
+  const auto* props = at::cuda::getCurrentDeviceProperties();
+  check_launch("sm90.gemm_tile", ws1::sm90::gemm_tile(bf(g.a_run), bf(b), bf_mut(c), g.a_run.size(0), g.nc, g.r,
+                                                      b_trans, static_cast<int>(tile), a.get_device(),
+                                                      props->multiProcessorCount, at::cuda::getCurrentCUDAStream()));
+  return unpad(g, c);
+}
+
+Tensor gemm_tile_meta(const Tensor& a, const Tensor& b, bool b_trans, int64_t) {
+  return at::empty({a.size(0), b_trans ? b.size(0) : b.size(1)}, a.options());
+}
+
 Tensor gemm_meta(const Tensor& a, const Tensor& b, bool b_trans) {
   return at::empty({a.size(0), b_trans ? b.size(0) : b.size(1)}, a.options());
 }
 
 int64_t gemm_bucket(int64_t m) { return ws1::sm90::gemm_bucket(m); }
+bool gemm_mid_wide_pick(int64_t m, int64_t n, int64_t sm_count) {
+  return ws1::sm90::gemm_mid_wide_pick(m, n, static_cast<int>(sm_count));
+}
 int64_t linear_logp_bucket(int64_t m) { return ws1::sm90::linear_logp_bucket(m); }
 
 // linear_logp's fused forward: (out, lse), fp32 [T] each; the logits are reduced in the GEMM's epilogue and never
@@ -361,6 +385,7 @@ std::vector<ws1::binding::AttributeRow> kernel_attributes() {
 
 TORCH_LIBRARY(ws1_sm90, m) {
   m.def("gemm(Tensor a, Tensor b, bool b_trans) -> Tensor");
+  m.def("gemm_tile(Tensor a, Tensor b, bool b_trans, int tile) -> Tensor");
   m.def("logp_fwd(Tensor logits, Tensor targets) -> (Tensor, Tensor)");
   m.def("logp_bwd(Tensor logits, Tensor targets, Tensor lse, Tensor g) -> Tensor");
   m.def("gemm_f32(Tensor a, Tensor b, bool b_trans) -> Tensor");
@@ -378,6 +403,7 @@ TORCH_LIBRARY(ws1_sm90, m) {
 
 TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) {
   m.impl("gemm", &gemm);
+  m.impl("gemm_tile", &gemm_tile);
   m.impl("logp_fwd", &logp_fwd);
   m.impl("logp_bwd", &logp_bwd);
   m.impl("gemm_f32", &gemm_f32);
@@ -389,6 +415,7 @@ TORCH_LIBRARY_IMPL(ws1_sm90, CUDA, m) {
 
 TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) {
   m.impl("gemm", &gemm_meta);
+  m.impl("gemm_tile", &gemm_tile_meta);
   m.impl("logp_fwd", &logp_fwd_meta);
   m.impl("logp_bwd", &logp_bwd_meta);
   m.impl("gemm_f32", &gemm_f32_meta);
@@ -401,6 +428,9 @@ TORCH_LIBRARY_IMPL(ws1_sm90, Meta, m) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "ws1's Hopper kernels (sm_90a); importing this module registers torch.ops.ws1_sm90.*";
   m.def("gemm_bucket", &gemm_bucket, "the GEMM's M bucket for M rows (0 small, 1 mid, 2 large)");
+  m.def("gemm_mid_wide_pick", &gemm_mid_wide_pick,
+        "whether the mid bucket's wide tile (128 x 192) would take M rows x N columns on sm_count SMs");
+  m.attr("mid_wide_wired") = ws1::sm90::kMidWideWired;
   m.def("linear_logp_bucket", &linear_logp_bucket,
         "linear_logp's fused forward's M bucket for M rows (0 small, 1 mid, 2 large; its own table)");
   m.def("logp_vector_path", &logp_vector_path, "whether logp on these logits takes the 16-byte load path");
