@@ -5,7 +5,8 @@ log-sum-exp epilogue, and the fold of its partials) in each M bucket's tile (1 a
 128 x 128, both sides of its 128 rows; 1100: 128 x 256), with vocabularies whose last 128-wide block is partial, or
 (V = 120 in the 256-wide tile) whose tile's second block lies wholly past V; then the weight gradient
 (`ws1_sm90.wgrad`: its gather and its wgmma kernel) over tables with empty slots, with and without the hi + lo
-split.
+split; then every GEMM tile (`ws1_sm90.gemm_tile`, the mid bucket's unwired 128 x 192 among them), forward and dx, at
+sizes that end in partial tiles.
 
 `ci/sanitize_cuda.py` drives the candidates on the bench's inputs, which are fresh (aligned) allocations of the
 tiny widths: the scalar path and the partial last vector would never run under the sanitizer. This driver makes
@@ -73,6 +74,18 @@ def _wgrad(n: int, k: int, lengths: tuple[int, ...], split: bool) -> str:
     return "weight gradient ok"
 
 
+def _gemm_tile(tile: int, m: int, n: int, k: int) -> str:
+    """One forward (b [n, k]) and one dx (b [k, n]) on `tile`, checked finite."""
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+    fwd = torch.ops.ws1_sm90.gemm_tile(a, w, True, tile)
+    dx = torch.ops.ws1_sm90.gemm_tile(torch.randn(m, n, device="cuda").to(torch.bfloat16), w, False, tile)
+    torch.cuda.synchronize()
+    if not (bool(torch.isfinite(fwd).all()) and bool(torch.isfinite(dx).all())):
+        raise RuntimeError("a non-finite output")
+    return "forward and dx ok"
+
+
 def main() -> int:
     from ws1_kernels import cuda_sm90
 
@@ -105,6 +118,13 @@ def main() -> int:
             (256, 384, (5, 17, 33), True),
             (128, 256, (70, 1), False),
         )
+    ]
+    # every GEMM tile (ws1_sm90.gemm_tile: small, mid, large, the mid bucket's wide 128 x 192) forward and dx, at
+    # rows and widths that end in partial tiles of each
+    cases += [
+        (f"gemm_tile tile={t} M={m} N={n} K={k}", lambda t=t, m=m, n=n, k=k: _gemm_tile(t, m, n, k), 2)
+        for t in (0, 1, 2, 3)
+        for m, n, k in ((7, 200, 136), (130, 392, 256))
     ]
     calls = 0
     for label, run, ops in cases:
