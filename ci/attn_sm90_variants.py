@@ -171,6 +171,16 @@ def _backward(ctx, q, k, v, qs, ks, vs, flops: float, ns: argparse.Namespace) ->
     return rec
 
 
+def _bits_and_time(call, kb: int, first: dict, ns: argparse.Namespace) -> tuple[bool, float]:  # type: ignore[no-untyped-def]
+    """Whether ``call``'s output has the bits of the first output of key block ``kb`` (recorded here if it is the
+    first), and its median time in ms."""
+    import torch
+
+    out = call()
+    ref = first.setdefault(kb, out)
+    return bool(torch.equal(out.view(torch.int16), ref.view(torch.int16))), _time(call, ns.reps, ns.warmup)
+
+
 #: decode variants: (block rows, schedule, one token a CTA): the step path (no table) and the trainer's row blocks
 DECODE_VARIANTS = ((64, 1, True), (64, 5, True), (64, 1, False), (128, 5, False))
 
@@ -204,10 +214,8 @@ def _decode(ns: argparse.Namespace, batch: int) -> tuple[dict[str, object], int]
             )[0]
 
         kb = 128 if schedule in WIDE else 64
-        out = call()
-        same = bool(torch.equal(out.view(torch.int16), first.setdefault(kb, out).view(torch.int16)))
+        same, ms = _bits_and_time(call, kb, first, ns)
         status |= 0 if same else 1
-        ms = _time(call, ns.reps, ns.warmup)
         rec["variants"].append(  # type: ignore[union-attr]
             {
                 "block_rows": rows,
@@ -266,11 +274,8 @@ def run(ns: argparse.Namespace) -> int:
                     q, k, v, t.key_base, t.n_keys, t.blocks, rows, D**-0.5, schedule
                 )[0]
 
-            out = call()
-            ref = first.setdefault(kb, out)
-            same = bool(torch.equal(out.view(torch.int16), ref.view(torch.int16)))
+            same, ms = _bits_and_time(call, kb, first, ns)
             status |= 0 if same else 1
-            ms = _time(call, ns.reps, ns.warmup)
             rec["variants"].append(  # type: ignore[union-attr]
                 {
                     "block_rows": rows,

@@ -418,3 +418,34 @@ def interp_only() -> list:
             reason="Triton kernels run on the CPU only under TRITON_INTERPRET=1 (the CPU nox session sets it)",
         ),
     ]
+
+
+def sm90_attn_fwd(
+    rows: dict[str, torch.Tensor],
+    ctx: LayoutContext,
+    block_rows: int | None,
+    schedule: int,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) of the Hopper attention forward (`torch.ops.ws1_sm90.attn_fwd`) over a packed call of
+    `packed_attention_rows`: row blocks of ``block_rows`` query rows, or None for one token a CTA (the step path's
+    shape), on ``schedule``; ``k`` and ``v`` replace the call's (a NaN tail past the keys). The Hopper attention
+    tests' one way in, so each compares the kernel on the same kind of call."""
+    from ws1_kernels.cuda import attention as generic
+    from ws1_kernels.cuda_sm90 import attention as att
+
+    q = rows["q"]
+    group = q.shape[1] // rows["k"].shape[1]
+    t = generic._tables(ctx, q.shape[0], q.device, (block_rows or 64) // group)
+    return torch.ops.ws1_sm90.attn_fwd(
+        q,
+        rows["k"] if k is None else k,
+        rows["v"] if v is None else v,
+        t.key_base,
+        t.n_keys,
+        None if block_rows is None else t.blocks,
+        block_rows or att.STEP_BLOCK_ROWS,
+        q.shape[2] ** -0.5,
+        schedule,
+    )

@@ -24,6 +24,7 @@ from kernels_support import (  # noqa: E402
     assert_close,
     assert_decode_after_prefix,
     packed_attention_rows,
+    sm90_attn_fwd,
 )
 
 from ws1_kernels import LayoutContext, cuda_sm90, reference  # noqa: E402
@@ -59,20 +60,7 @@ def _run(
     schedule, or where it cannot take the block size (Q in registers at 128 rows), the overlapped loop on 2 slots."""
     if schedule is None:
         schedule = att.SCHEDULE if att.SCHEDULE in att.schedules(block_rows or 64) else 1
-    tokens = (block_rows or 64) // GROUP
-    t = generic._tables(ctx, rows["q"].shape[0], rows["q"].device, tokens)
-    blocks = None if block_rows is None else t.blocks
-    return torch.ops.ws1_sm90.attn_fwd(
-        rows["q"],
-        rows["k"] if k is None else k,
-        rows["v"] if v is None else v,
-        t.key_base,
-        t.n_keys,
-        blocks,
-        block_rows or att.STEP_BLOCK_ROWS,
-        SCALE,
-        schedule,
-    )[0]
+    return sm90_attn_fwd(rows, ctx, block_rows, schedule, k, v)[0]
 
 
 def test_the_extension_lists_every_variant_without_spills() -> None:

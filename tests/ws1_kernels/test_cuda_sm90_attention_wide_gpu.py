@@ -21,10 +21,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.needs_build, pytest.mark.sm90]
 
 skip_module_without_hopper()
 
-from kernels_support import assert_bitwise, assert_close, packed_attention_rows  # noqa: E402
+from kernels_support import assert_bitwise, assert_close, packed_attention_rows, sm90_attn_fwd  # noqa: E402
 
 from ws1_kernels import LayoutContext, reference  # noqa: E402
-from ws1_kernels.cuda import attention as generic  # noqa: E402
 from ws1_kernels.cuda_sm90 import attention as att  # noqa: E402
 
 DEV = "cuda"
@@ -51,18 +50,7 @@ def _run(
     v: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) of the op over the packed call: row blocks of ``block_rows`` rows, or None for one token a CTA."""
-    t = generic._tables(ctx, rows["q"].shape[0], rows["q"].device, (block_rows or 64) // GROUP)
-    return torch.ops.ws1_sm90.attn_fwd(
-        rows["q"],
-        rows["k"] if k is None else k,
-        rows["v"] if v is None else v,
-        t.key_base,
-        t.n_keys,
-        None if block_rows is None else t.blocks,
-        block_rows or att.STEP_BLOCK_ROWS,
-        SCALE,
-        schedule,
-    )
+    return sm90_attn_fwd(rows, ctx, block_rows, schedule, k, v)
 
 
 def _wide_kernels_ran(fn) -> list[str]:  # type: ignore[no-untyped-def]
