@@ -39,7 +39,9 @@ KNOWN_STALE: dict[str, str] = {
         "key block kN, 64 by default, so the wired schedule's code is the same), and the row blocks' order above. Every "
         "Hopper attention GPU test passed with schedule 1 wired at 343d7a8 on an H100 (66, the wide ones among them) "
         "and memcheck and racecheck were clean over every schedule and both backward walks "
-        "(attention-sm90-h100-4e94edc/call-343d7a8); no merged run came after it"
+        "(attention-sm90-h100-4e94edc/call-343d7a8). At 74b1935 the GEMM gained its mid bucket's wide tile, not wired "
+        "(gemm() now goes through gemm_tile with the same bucket choice), not yet run on a GPU; no merged run came "
+        "after either"
     ),
 }
 
