@@ -23,9 +23,16 @@ for a in "$@"; do
   [[ "$a" == MODE_* ]] && mode=1
 done
 [ "$mode" = 1 ] || { echo "device_command: give the mode for each card, e.g. MODE_H200=merged MODE_H100=merged-80g"; exit 2; }
-commit=$(git rev-parse HEAD) && tree=$(git rev-parse 'HEAD^{tree}') || { echo "device_command: git rev-parse failed"; exit 2; }
+if ! commit=$(git rev-parse HEAD) || ! tree=$(git rev-parse 'HEAD^{tree}'); then
+  echo "device_command: git rev-parse failed"
+  exit 2
+fi
+# the $ in the printed command are the device's, expanded there (single quotes on purpose)
+# shellcheck disable=SC2016
 wheels='python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site'
+# shellcheck disable=SC2016
 wheels+=' .whl/*.whl && export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH || exit;'
+# shellcheck disable=SC2016
 echo "$wheels export PYTHONUNBUFFERED=1; SOURCE_COMMIT=$commit SOURCE_TREE=$tree $* bash ci/device_session.sh" \
   '> $OUT/session.log 2>&1; echo session rc=$?; cat $OUT/steps.txt; cd $OUT && tar czf /tmp/all.tgz . &&' \
   'rm -rf ./* && mv /tmp/all.tgz .'
