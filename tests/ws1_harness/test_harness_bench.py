@@ -473,7 +473,6 @@ def test_decode_case_gives_the_candidate_the_same_math_as_its_peer() -> None:
     p = _decode_point()
     case = cases.CASES["attention_decode"]
     t = case.make(p, torch.device("cpu"), torch.Generator().manual_seed(0))
-    t = {k: v.float().bfloat16() for k, v in t.items()}
     fn = registry.resolve("portable_cpu", "attention", device="cpu").fn
     assert case.context is not None
     got = case.candidate(fn, t, case.context(p, t), p).float()
@@ -485,6 +484,49 @@ def test_decode_case_gives_the_candidate_the_same_math_as_its_peer() -> None:
     no_prefix = LayoutContext(torch.arange(p.m), torch.zeros(p.m, dtype=torch.int64))
     alone = case.candidate(fn, t, no_prefix, p).float()
     assert not torch.allclose(alone, want, atol=tol.atol, rtol=tol.rtol)
+
+
+class _SlabOps:
+    """A stand-in for a profile's ``StepOps``: attention over each row's slab keys in plain torch (fp32)."""
+
+    @staticmethod
+    def attention(q, k, v, key_base, n_keys, scale):  # type: ignore[no-untyped-def]
+        out = []
+        for i in range(q.shape[0]):
+            b, n = int(key_base[i]), int(n_keys[i])
+            g = q.shape[1] // k.shape[1]
+            ki = k[b : b + n].float().repeat_interleave(g, dim=1)  # [n, Hq, D]
+            vi = v[b : b + n].float().repeat_interleave(g, dim=1)
+            w = torch.softmax(torch.einsum("hd,nhd->hn", q[i].float(), ki) * scale, dim=-1)
+            out.append(torch.einsum("hn,nhd->hd", w, vi))
+        return torch.stack(out)
+
+
+def test_decode_step_call_reads_each_sample_s_cache_in_place() -> None:
+    """The decode row's step-path call (what a rollout runs: keys read in place from the cache slab) equals the
+    peer's SDPA over each sample's whole cache. Negative control: slab bases one sample off read another
+    sample's keys and differ."""
+    p = _decode_point()
+    case = cases.CASES["attention_decode"]
+    assert case.step is not None
+    t = case.make(p, torch.device("cpu"), torch.Generator().manual_seed(0))
+    want = case.stock(t, p)[:, :, 0, :].float()
+    got = case.step(_SlabOps(), t, p)
+    assert torch.allclose(got, want, atol=2e-2, rtol=2e-2)
+    shifted = dict(t, key_base=torch.roll(t["key_base"], 1))
+    assert not torch.allclose(case.step(_SlabOps(), shifted, p), want, atol=2e-2, rtol=2e-2)
+
+
+def test_decode_row_times_the_step_path_where_the_profile_has_one() -> None:
+    """A profile with step ops is timed on them (the rollout's call); one without, and a row with no step
+    call, on the candidate's call."""
+    from ws1_harness.run.bench.runner import step_path_ops
+    from ws1_kernels.step_ops import StepOps
+
+    decode = cases.CASES["attention_decode"]
+    assert isinstance(step_path_ops(decode, "triton_cuda_bf16"), StepOps)
+    assert step_path_ops(decode, "portable_cpu") is None
+    assert step_path_ops(cases.CASES["attention"], "triton_cuda_bf16") is None
 
 
 def test_decode_work_is_the_kv_cache_read() -> None:

@@ -39,6 +39,9 @@ class OpCase:
     work: Callable[[Point, str], float]  # FLOPs or bytes of one call of a phase ("fwd" or "bwd")
     # the call's LayoutContext when it needs the inputs (a decode step's key cache); None: `context(p)`
     context: Callable[[Point, Inputs], LayoutContext] | None = None
+    # the row's call on the step path, for a profile that has step ops (``StepOps``, the rollout's raw ops): what
+    # a rollout runs at this point, timed in place of the candidate's layout call. None: the candidate's call
+    step: Callable[[Any, Inputs, Point], Tensor] | None = None
 
 
 def context(p: Point) -> LayoutContext:
@@ -327,12 +330,17 @@ def _make_decode(p: Point, dev: torch.device, gen: torch.Generator) -> Inputs:
     hq, hkv, d, c = _d(p, "Hq"), _d(p, "Hkv"), _d(p, "D"), _d(p, "C")
     k_cache = _randn(gen, dev, p.m, c + 1, hkv, d)
     v_cache = _randn(gen, dev, p.m, c + 1, hkv, d)
+    rows = torch.arange(p.m, device=dev, dtype=torch.int32)
     return {
         "q": _randn(gen, dev, p.m, hq, d),
         "k": k_cache[:, c].contiguous(),
         "v": v_cache[:, c].contiguous(),
         "k_cache": k_cache,
         "v_cache": v_cache,
+        # the step path's view of the same cache: one slab of M * (C + 1) rows (no copy), each sample's
+        # position 0 at row s * (C + 1), C + 1 keys each (the new token's included)
+        "key_base": rows * (c + 1),
+        "n_keys": torch.full_like(rows, c + 1),
     }
 
 
@@ -351,6 +359,14 @@ def _decode_stock(t: Inputs, p: Point) -> Tensor:
     q = t["q"][:, :, None, :]  # [B, Hq, 1, D]
     k, v = t["k_cache"].transpose(1, 2), t["v_cache"].transpose(1, 2)  # [B, Hkv, C + 1, D] views
     return F.scaled_dot_product_attention(q, k, v, scale=_d(p, "D") ** -0.5, enable_gqa=True)
+
+
+def _decode_step(ops: Any, t: Inputs, p: Point) -> Tensor:
+    """The rollout's decode attention: ``StepOps.attention`` reading every sample's keys in place from the cache
+    slab, as the step path runs it at every layer (no prefix list, no concatenation, no host table)."""
+    hkv, d = _d(p, "Hkv"), _d(p, "D")
+    k, v = t["k_cache"].view(-1, hkv, d), t["v_cache"].view(-1, hkv, d)
+    return ops.attention(t["q"], k, v, t["key_base"], t["n_keys"], d**-0.5)
 
 
 def _decode_work(p: Point, phase: str) -> float:
@@ -454,6 +470,7 @@ CASES: Mapping[str, OpCase] = {
         param=None,
         work=_decode_work,
         context=_decode_context,
+        step=_decode_step,
     ),
 }
 

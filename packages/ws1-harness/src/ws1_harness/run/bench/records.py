@@ -73,6 +73,9 @@ class Row:
     step: dict[str, Any] | None = None
     # forward rows at M = 1 (bench/host.py): each side's host figures; None elsewhere
     host: dict[str, Any] | None = None
+    # what the candidate side called: "candidate" (the profile's candidate through its layout context) or
+    # "step" (the profile's step-path op, what a rollout runs: `OpCase.step`)
+    path: str = "candidate"
 
     @property
     def ratio(self) -> float | None:
@@ -104,6 +107,7 @@ class Row:
             "status": self.status,
             "dims": dict(self.dims),
             "candidate_id": self.candidate_id,
+            "path": self.path,
             "param_grad_rule": self.param_grad_rule,
             "peer": self.peer,
             "candidate_ms": self.candidate_ms,

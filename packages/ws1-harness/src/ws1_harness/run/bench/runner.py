@@ -401,6 +401,20 @@ def bench_point(opts: Options, timer: Timer, cand: Any, p: S.Point, differentiab
     return rows
 
 
+def step_path_ops(case: C.OpCase, profile: str) -> Any:
+    """The profile's ``StepOps`` when the row has a step-path call (``OpCase.step``) and the profile has step ops,
+    else None (the row times the candidate's call).
+
+    Why: the decode row once timed the layout path, which hands the candidate every sample's key prefix and
+    concatenates it on every call (about 1 GB at 256 samples of 4096 keys): not the kernel a rollout runs, and
+    not what the step path's decode pays. A profile with step ops is timed on them."""
+    if case.step is None:
+        return None
+    from ws1_kernels.integrations.step import has_step_ops, step_ops
+
+    return step_ops(profile) if has_step_ops(profile) is None else None
+
+
 def _measure_point(opts: Options, timer: Timer, cand: Any, p: S.Point, differentiable: bool) -> list[R.Row]:
     case = C.CASES[p.op]
     dev = torch.device(opts.device)
@@ -415,8 +429,11 @@ def _measure_point(opts: Options, timer: Timer, cand: Any, p: S.Point, different
             r.status, r.errors = "error", {"setup": one_line(exc)}
         return rows
     ctx = case.context(p, inputs) if case.context is not None else C.context(p)
+    ops = step_path_ops(case, opts.profile)
 
     def cand_fwd() -> torch.Tensor:
+        if ops is not None:
+            return case.step(ops, inputs, p)  # type: ignore[misc]
         return case.candidate(cand.fn, inputs, ctx, p)
 
     def peer_fwd() -> torch.Tensor:
@@ -429,13 +446,21 @@ def _measure_point(opts: Options, timer: Timer, cand: Any, p: S.Point, different
         except Exception as exc:  # noqa: BLE001 - the row still times; the record says why nothing was seen
             peer = f"{peer}; kernels not observed ({one_line(exc)})"
 
+    cand_side = _time_forward(timer, opts.device, "candidate", cand_fwd)
+    if ops is not None and dev.type == "cuda" and cand_side.error is None:
+        # the step ops record no launch in ws1's log (they are the rollout's raw ops): observe the kernels
+        try:
+            cand_side.kernels = tuple(observed_cuda_kernels(cand_fwd))
+        except Exception as exc:  # noqa: BLE001 - the row still times; the error says why no kernel is named
+            cand_side.error = f"kernels not observed: {one_line(exc)}"
     rows = [
         _fill(
             _row(p, "fwd", cand, case, peer, opts.profile),
-            _time_forward(timer, opts.device, "candidate", cand_fwd),
+            cand_side,
             _time_forward(timer, opts.device, "peer", peer_fwd),
         )
     ]
+    rows[0].path = "step" if ops is not None else "candidate"
     if p.m in H.HOST_MS and rows[0].status == "ok":
         rows[0].host = {
             "candidate": H.measure(opts.device, cand_fwd),
