@@ -197,6 +197,8 @@ def execute_task(task: UnitTask) -> list[dict[str, Any]]:
     unit_diag: dict[str, Any] = {"candidate_id": cand.candidate_id}
     if result.peak_device_bytes is not None:
         unit_diag["peak_device_bytes"] = result.peak_device_bytes
+    if result.phases_s:
+        unit_diag["phases_s"] = dict(result.phases_s)  # free-form, never read by the gate
     records = []
     for j in JUDGMENTS:
         jr = result.judgments[j]

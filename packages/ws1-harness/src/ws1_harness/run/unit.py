@@ -84,6 +84,34 @@ class UnitResult:
     wall_s: float
     device: dict[str, Any] | None = None
     peak_device_bytes: int | None = None
+    #: wall seconds of the unit's phases (`PhaseClock`): where a slow cell's time went
+    phases_s: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class PhaseClock:
+    """Wall seconds per phase of a unit, summed by name: ``inputs`` (the logical tensors drawn or read from the
+    parameter cache and moved to the device), ``reference`` (the fp32 reference), ``canonical`` (the candidate's
+    canonical layout and the accuracy judgments), ``layouts`` (every other layout, run and compared).
+
+    Why: a merged GPU run is bound by its slots, and a cell's single ``wall_s`` cannot say whether the
+    reference, the inputs or the candidate's layouts fill it. The device is synchronised at each mark, so a phase
+    holds its own device work and not the queue the previous phase left (a handful of syncs a unit)."""
+
+    device: torch.device | None = None
+    last: float = field(default_factory=time.perf_counter)
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, name: str) -> None:
+        """Close the phase ``name``: the seconds since the previous mark are added to it."""
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + (now - self.last)
+        self.last = now
+
+    def rounded(self) -> dict[str, float]:
+        return {k: round(v, 4) for k, v in self.phases.items()}
 
 
 def logical_inputs(
@@ -425,6 +453,7 @@ def run_unit(
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
     start = time.perf_counter()
+    clock = PhaseClock(dev)
     canonical_specs = [s for s in layout_specs if s.type == CANONICAL_TYPE]
     if len(canonical_specs) != 1:
         raise ValueError(f"manifest layouts: expected exactly one '{CANONICAL_TYPE}' layout")
@@ -432,6 +461,7 @@ def run_unit(
     train = differentiable and bool(adapter.grad_inputs or adapter.params)
     inputs = logical_inputs(adapter, fixture, case_id, pad_id, train, dev, param_case)
     keys = inputs.keys
+    clock.mark("inputs")
     state = _UnitState(train=train, canon_name=canon_spec.name)
     scratch: dict[str, Tensor] = {}
 
@@ -454,6 +484,7 @@ def run_unit(
     # 1. the canonical layout and the fp32 reference: the accuracy judgments, then the reference is dropped
     canon_layout = build_layout(fixture, canon_spec)
     reference = run_reference(cand.reference, adapter, canon_layout, inputs, train=train)
+    clock.mark("reference")
     canon: LayoutRun | None
     try:
         canon = execute(canon_layout)
@@ -467,6 +498,7 @@ def run_unit(
             ran_on = device_record(canon.output)
         _judge_accuracy(state, canon, reference, contract, op_class, dtype, keys)
     del reference
+    clock.mark("canonical")
 
     # 2. every other layout, compared with canonical at once and dropped (its buffers are reused)
     fwd_inv: dict[str, Comparison] = {}
@@ -483,6 +515,7 @@ def run_unit(
         _compare_layout(state, run, canon, keys, fwd_inv, grad_inv)
         del run
     _judge_invariance(state, fwd_inv, grad_inv)
+    clock.mark("layouts")
 
     # 3. what ran, what it changed, what could not run
     _add_observed_reasons(state, cand)
@@ -501,6 +534,7 @@ def run_unit(
         wall_s=time.perf_counter() - start,
         device=ran_on,
         peak_device_bytes=peak,
+        phases_s=clock.rounded(),
     )
 
 
