@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -107,7 +108,7 @@ def round_to_bf16(x: torch.Tensor) -> torch.Tensor:
     y = x.to(torch.bfloat16)
     zero = y == 0
     if bool(zero.any()):
-        y = torch.where(zero, torch.full_like(y, ZERO_REPLACEMENT), y)
+        y.masked_fill_(zero, ZERO_REPLACEMENT)  # in place: no second full-size tensor (y is a fresh copy)
     return y
 
 
@@ -173,6 +174,49 @@ def _signed_zeros(shape: tuple[int, ...]) -> torch.Tensor:
     return flat.reshape(shape)
 
 
+#: rows x row size under which `draw_rows` draws on the calling thread alone (a pool costs more than it saves)
+PARALLEL_DRAW_MIN = 1 << 22
+
+
+def draw_rows(
+    seeds: Sequence[int],
+    shape: tuple[int, ...],
+    scales: dict[int, float] | None = None,
+    threads: int | None = None,
+) -> torch.Tensor:
+    """fp32 ``[len(seeds), *shape]``: row r is N(0, 1) from a CPU generator seeded with ``seeds[r]``, times
+    ``scales[r]`` where given.
+
+    Why in place and in threads: a full-vocabulary tensor of the long tier ([1896, 151936], 1.2 GB in fp32) took
+    a matrix unit most of its time when its rows were drawn one by one and stacked, and on a GPU machine those
+    seconds hold a GPU slot. Each row has its own seed, so rows are drawn into one preallocated tensor by up to
+    ``threads`` threads (default: torch's intra-op thread count), each with its own generator over a contiguous
+    range of rows: a row's values depend on its seed alone (``normal_`` on a contiguous row of the same shape),
+    so the bits are those of one thread (tests/ws1_workload/test_draw_rows.py)."""
+    n = len(seeds)
+    data = torch.empty((n, *shape), dtype=torch.float32)
+    scales = scales or {}
+
+    def draw(lo: int, hi: int) -> None:
+        gen = torch.Generator(device="cpu")
+        for i in range(lo, hi):
+            gen.manual_seed(seeds[i])
+            row = data[i].normal_(generator=gen)
+            if i in scales:
+                row.mul_(scales[i])
+
+    width = max(1, math.prod(shape))
+    workers = max(1, min(threads or torch.get_num_threads(), n))
+    if workers == 1 or n * width < PARALLEL_DRAW_MIN:
+        draw(0, n)
+        return data
+    bounds = [n * w // workers for w in range(workers + 1)]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for done in [pool.submit(draw, bounds[w], bounds[w + 1]) for w in range(workers)]:
+            done.result()  # a failed draw raises here
+    return data
+
+
 def logical_tensor(
     case_id: str,
     name: str,
@@ -194,27 +238,24 @@ def logical_tensor(
     unknown = sorted(set(hard_rows) - set(HARD_ROW_KINDS))
     if unknown:
         raise WorkloadError(f"logical_tensor {name!r}: unknown hard row kinds {unknown}")
-    gen = torch.Generator(device="cpu")
-    rows = []
+    seeds = [derive_seed("logical", case_id, name, canonical_key(key)) for key in logical_keys]
+    scales: dict[int, float] = {}
     zero_rows = []
     # rows whose zeros are meant: set after the zero replacement
     exact_rows: list[tuple[int, torch.Tensor]] = []
     for i, key in enumerate(logical_keys):
-        gen.manual_seed(derive_seed("logical", case_id, name, canonical_key(key)))
-        row = torch.empty(shape, dtype=torch.float32).normal_(generator=gen)
         kind = hard_row_kind(key, hard_rows)
         if kind == "tiny_norm_rows":
-            row = row * TINY_ROW_SCALE
+            scales[i] = TINY_ROW_SCALE
         elif kind == "large_logit_rows":
-            row = row * LARGE_ROW_SCALE
+            scales[i] = LARGE_ROW_SCALE
         elif kind == "signed_zero_rows":
             zero_rows.append(i)
         elif kind == "dot_order_rows":
             exact_rows.append((i, _dot_order_row(shape)))
         elif kind == "lse_order_rows":
             exact_rows.append((i, _lse_order_row(shape)))
-        rows.append(row)
-    data = torch.stack(rows) if rows else torch.empty((0, *shape), dtype=torch.float32)
+    data = draw_rows(seeds, shape, scales)
     out = round_to_bf16(data)
     for i in zero_rows:
         out[i] = _signed_zeros(shape).to(torch.bfloat16)

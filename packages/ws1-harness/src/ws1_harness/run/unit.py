@@ -150,7 +150,8 @@ def logical_inputs(
             kinds = fixture.hard_rows.get(name, ())
             x = logical_tensor(case_id, name, keys, spec.row_shape, torch.bfloat16, hard_rows=kinds)
             x = apply_edit(x, keys, fixture.token_edits.get(name))  # token order probes (token_probes)
-            tokens[spec.name] = (x.float() * spec.scale).to(torch.bfloat16)
+            # a scale of 1 leaves every bf16 value as it is (exact in fp32): skip the two full-size copies
+            tokens[spec.name] = x if spec.scale == 1.0 else (x.float() * spec.scale).to(torch.bfloat16)
     # A weight belongs to the model, not to the batch: the caller names it by (operator, model) in `param_case`,
     # so every tier of an operator judges the same weight and the worker generates a [151936, 4096] weight once
     # per sweep, not once per tier (about 5 s each on one host core).
