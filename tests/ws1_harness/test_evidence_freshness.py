@@ -28,21 +28,6 @@ KNOWN_STALE: dict[str, str] = {
         "ran at 1a8e22b to merge it with, so this pair stays the one that passes gate --full --require-chain until a "
         "merged run on the H200 brings both"
     ),
-    "merged-h100-349bad3/cuda_bf16": (
-        "cuda/attention.py at 9da9892: the tiled forward's row blocks are listed longest walk first (row_blocks), the "
-        "grid's order alone: a block's rows and their operations are the same wherever it sits. Not yet run on a GPU "
-        "for the generic tiled forward (the Hopper dQ kernel reads the same list: its GPU tests passed at 1a8e22b on "
-        "the H200); no merged run came after it"
-    ),
-    "merged-h100-349bad3/cuda_bf16_sm90": (
-        "csrc/sm90/attention_sm90.cu at 6754265 gained the unwired wide schedules 5 and 6 (the kernel template took the "
-        "key block kN, 64 by default, so the wired schedule's code is the same), and the row blocks' order above. Every "
-        "Hopper attention GPU test passed with schedule 1 wired at 343d7a8 on an H100 (66, the wide ones among them) "
-        "and memcheck and racecheck were clean over every schedule and both backward walks "
-        "(attention-sm90-h100-4e94edc/call-343d7a8). At 74b1935 the GEMM gained its mid bucket's wide tile, not wired "
-        "(gemm() now goes through gemm_tile with the same bucket choice), not yet run on a GPU; no merged run came "
-        "after either"
-    ),
 }
 
 
