@@ -22,6 +22,7 @@
 #   attn90-san the build, then memcheck and racecheck over the Hopper attention (a short call)
 #   attn90    the Hopper attention forward (cuda_bf16_sm90): the build, its GPU tests and the step path's, its matrix
 #             cells on every tier, its bench rows, memcheck and racecheck
+#   script    bash SCRIPT_FILE (carried in the ignored out/) as one step, the commit stated: a follow-up's own commands
 #   tiled     the tensor-core attention forward (cuda_bf16): its GPU tests, its matrix cells on every tier, its bench
 set -u
 need() {  # need NAME: a one-line error and exit 2 when the variable is empty
@@ -99,6 +100,13 @@ case "$mode" in
   attn90)   timeout "$limit" "${run[@]}" hopper-build attn90 ;;
   attn90-bwd) timeout "$limit" "${run[@]}" hopper-build attn90-bwd ;;
   attn90-san) timeout "$limit" "${run[@]}" hopper-build attn90-san ;;
+  # a follow-up call's own commands: bash SCRIPT_FILE (a file in the git-ignored out/, carried, so the checkout
+  # stays at its commit) as the runner's `script` step, with the commit checked and stated as in every mode. Why: a
+  # follow-up run straight through device_gpu_run.sh (2026-12-07, followup-h100-f0cdef1) recorded the machine's
+  # older git commit in its bench files
+  script)   need SCRIPT_FILE "the follow-up's script, e.g. out/followup.sh"
+            [ -f "$SCRIPT_FILE" ] || { echo "device_session: SCRIPT_FILE $SCRIPT_FILE is not a file here"; exit 2; }
+            SCRIPT_NAME=${SCRIPT_NAME:-script} SCRIPT="bash $SCRIPT_FILE" timeout "$limit" "${run[@]}" script ;;
   *) echo "device_session: unknown mode $mode"; exit 2 ;;
 esac
 rc=$?

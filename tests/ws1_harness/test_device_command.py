@@ -90,6 +90,22 @@ def test_the_control_the_command_is_bound_to_its_commit(root: Path, tmp_path: Pa
     assert called == "" and "not SOURCE_TREE" in out
 
 
+def test_a_follow_up_script_runs_with_the_commit_stated(root: Path, tmp_path: Path) -> None:
+    """The `script` mode runs a carried file from the ignored out/ as one step, under the same tree check, with
+    HEAD's commit stated to the harness (a follow-up once recorded the machine's older commit). Control: a script
+    file that is not there is refused before any step runs."""
+    (root / "out").mkdir()
+    (root / "out" / "f.sh").write_text('echo "follow-up saw ${WS1_SOURCE_COMMIT:-none}" > "$OUT/f.txt"\n')
+    printed = _print(root, "MODE_H200=script", "MODE_H100=script", "SCRIPT_FILE=out/f.sh")
+    assert printed.returncode == 0, printed.stdout
+    head = _git(root, "rev-parse", "HEAD").strip()
+    rc, out, called = _run_on_device(root, tmp_path, printed.stdout)
+    assert f"source {head} dirty 0" in called and "args script" in called, out
+    missing = _print(root, "MODE_H200=script", "MODE_H100=script", "SCRIPT_FILE=out/none.sh").stdout
+    rc, out, called = _run_on_device(root, tmp_path, missing)
+    assert called == "" and "out/none.sh is not a file here" in out
+
+
 @pytest.mark.parametrize(
     ("args", "dirty", "says"),
     [
