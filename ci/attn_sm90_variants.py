@@ -171,6 +171,12 @@ def _backward(ctx, q, k, v, qs, ks, vs, flops: float, ns: argparse.Namespace) ->
     return rec
 
 
+def _variant(rows: int, schedule: int, kb: int, ms: float, same: bool, **extra: object) -> dict[str, object]:
+    """One variant's record: its shape, key block, time and whether its bits are its key block's first variant's;
+    ``extra`` adds the rate of its run (TFLOP/s for prefill, GB/s for decode) and the decode's CTA mode."""
+    return {"block_rows": rows, "schedule": schedule, "key_block": kb, **extra, "ms": ms, "same_bits": same}
+
+
 def _bits_and_time(call, kb: int, first: dict, ns: argparse.Namespace) -> tuple[bool, float]:  # type: ignore[no-untyped-def]
     """Whether ``call``'s output has the bits of the first output of key block ``kb`` (recorded here if it is the
     first), and its median time in ms."""
@@ -217,15 +223,7 @@ def _decode(ns: argparse.Namespace, batch: int) -> tuple[dict[str, object], int]
         same, ms = _bits_and_time(call, kb, first, ns)
         status |= 0 if same else 1
         rec["variants"].append(  # type: ignore[union-attr]
-            {
-                "block_rows": rows,
-                "schedule": schedule,
-                "key_block": kb,
-                "one_token_a_cta": per_token,
-                "ms": ms,
-                "gbs": kv_bytes / ms / 1e6,
-                "same_bits": same,
-            }
+            _variant(rows, schedule, kb, ms, same, one_token_a_cta=per_token, gbs=kv_bytes / ms / 1e6)
         )
     qs = q.view(batch, 1, HQ, D).transpose(1, 2)
     ks, vs = (x.view(batch, c, HKV, D).transpose(1, 2) for x in (k, v))
@@ -276,16 +274,7 @@ def run(ns: argparse.Namespace) -> int:
 
             same, ms = _bits_and_time(call, kb, first, ns)
             status |= 0 if same else 1
-            rec["variants"].append(  # type: ignore[union-attr]
-                {
-                    "block_rows": rows,
-                    "schedule": schedule,
-                    "key_block": kb,
-                    "ms": ms,
-                    "tflops": flops / ms / 1e9,
-                    "same_bits": same,
-                }
-            )
+            rec["variants"].append(_variant(rows, schedule, kb, ms, same, tflops=flops / ms / 1e9))  # type: ignore[union-attr]
         qs, ks, vs = (x.view(b, seq, x.shape[1], D).transpose(1, 2) for x in (q, k, v))
         if ns.no_sdpa:
             records.append(rec)
