@@ -5,7 +5,7 @@ log-sum-exp epilogue, and the fold of its partials) in each M bucket's tile (1 a
 128 x 128, both sides of its 128 rows; 1100: 128 x 256), with vocabularies whose last 128-wide block is partial, or
 (V = 120 in the 256-wide tile) whose tile's second block lies wholly past V; then the weight gradient
 (`ws1_sm90.wgrad`: its gather and its wgmma kernel) over tables with empty slots, with and without the hi + lo
-split; then every GEMM tile (`ws1_sm90.gemm_tile`, the mid bucket's unwired 128 x 192 among them), forward and dx, at
+split; then every GEMM tile (`ws1_sm90.gemm_tile`, the mid bucket's wide 128 x 192 among them), forward and dx, at
 sizes that end in partial tiles.
 
 `ci/sanitize_cuda.py` drives the candidates on the bench's inputs, which are fresh (aligned) allocations of the

@@ -1,6 +1,6 @@
 // The mid-M bucket's wide tile (128 x 192) of the Hopper GEMM (gemm_sm90.cuh): its forward and dx kernels, in a
-// file of their own so that the tiles compile in parallel. Not wired (kMidWideWired in ws1_sm90.h): the GPU tests
-// hold its bits to the 128 x 128 tile's, and ci/gemm_dx_probe.py --tile times it.
+// file of their own so that the tiles compile in parallel. Wired where gemm_mid_wide_pick says (kMidWideWired in
+// ws1_sm90.h); the GPU tests hold its bits to the 128 x 128 tile's, and ci/gemm_dx_probe.py --tile times it.
 #include "gemm_sm90.cuh"
 
 namespace ws1::sm90 {

@@ -40,9 +40,10 @@ int gemm_large_infos(KernelInfo* out, int cap);
 
 // The mid bucket's wide tile (gemm_sm90_mid_wide.cu, 128 x 192): every tile gives an element the same accumulator
 // chain, so the same bits; which one runs is a speed choice. gemm_mid_wide_pick says where it would run: a mid-bucket
-// call whose 128 x 192 tiles fit one wave of the SMs while its 128 x 128 tiles do not. Not wired until timed
-// (kMidWideWired); gemm_tile runs any tile at any M (0 small, 1 mid, 2 large, 3 mid wide) for the tests and probes.
-constexpr bool kMidWideWired = false;
+// call whose 128 x 192 tiles fit one wave of the SMs while its 128 x 128 tiles do not. Wired (kMidWideWired) since
+// its first timing: qkv's forward at 384-512 rows went from 0.67-0.77x to 0.89-0.98x cuBLAS; gemm_tile runs any tile
+// at any M (0 small, 1 mid, 2 large, 3 mid wide) for the tests and probes.
+constexpr bool kMidWideWired = true;
 constexpr int kGemmTiles = 4;
 bool gemm_mid_wide_pick(int64_t m, int64_t n, int sm_count);
 cudaError_t gemm_mid_wide(const bf16* a, const bf16* b, bf16* c, int m, int n, int k, bool b_trans, int device,

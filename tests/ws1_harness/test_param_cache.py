@@ -34,9 +34,10 @@ def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.parametrize(
     ("case", "param", "digest"),
     [
-        # three row chunks, the last one short, with the order-probe columns and rows
+        # three row blocks, the last one short, with the order-probe columns and rows (generator version 2: each
+        # block its own seed)
         ("case|lm_head", ParamInput("weight", (4099, 2048), scale=0.015625, order_probe=True),
-         "08f43fb942a10d675dfd5c7f6b3d00bb3603f22017e386961acab5c32847a5c9"),
+         "7977565596824efce8342a82a9e17e8f67d9f911e49fbb06b53467bc9b8c0472"),
         ("case|rms_norm", ParamInput("weight", (4096,), scale=0.0625, offset=1.0),
          "71f50714748b420c6aef2fb2bcfa188fb16a1467d91bc567526463db9601943c"),
         # values so small that some round to bf16 zero and are replaced by the scale
@@ -45,8 +46,9 @@ def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ],
 )  # fmt: skip
 def test_a_draw_keeps_its_pinned_bits(case: str, param: ParamInput, digest: str) -> None:
-    """Every judged input descends from these bits: a faster draw must give the same ones (pinned before the
-    in-place rewrite of make_param). Control: another case gives another digest."""
+    """Every judged input descends from these bits: a faster draw must give the same ones (the one-block weights
+    pinned before the in-place rewrite of make_param, the three-block one at generator version 2). Control: another
+    case gives another digest."""
 
     def sha(t: torch.Tensor) -> str:
         return hashlib.sha256(_bits(t).numpy().tobytes()).hexdigest()
@@ -55,6 +57,37 @@ def test_a_draw_keeps_its_pinned_bits(case: str, param: ParamInput, digest: str)
     assert sha(drawn) == digest
     assert not bool((drawn == 0).any())
     assert sha(make_param(case + "2", param)) != digest
+
+
+#: five row blocks of 64 rows, the last one short (`small_blocks`)
+BLOCKED = ParamInput("weight", (4 * 64 + 5, 512), scale=0.5)
+
+
+@pytest.fixture
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(adapters, "PARAM_BLOCK_NUMEL", 64 * 512)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 7])
+def test_the_bits_do_not_depend_on_the_thread_count(threads: int, small_blocks: None) -> None:
+    """Each row block has its own generator, so any number of threads draws the same weight."""
+    param = BLOCKED
+    want = make_param("case|threads", param, threads=1)
+    assert torch.equal(_bits(make_param("case|threads", param, threads=threads)), _bits(want))
+    assert not torch.equal(want[:64], want[64:128])  # blocks are not copies of one another
+
+
+def test_the_control_blocks_seeded_in_another_order_differ(
+    monkeypatch: pytest.MonkeyPatch, small_blocks: None
+) -> None:
+    """The thread test could not fail if every block drew the same values: with the block seeds reversed, the same
+    weight's bits change."""
+    param = BLOCKED
+    want = make_param("case|threads", param, threads=3)
+    blocks = 5
+    seed = adapters.param_block_seed
+    monkeypatch.setattr(adapters, "param_block_seed", lambda base, block: seed(base, blocks - 1 - block))
+    assert not torch.equal(_bits(make_param("case|threads", param, threads=3)), _bits(want))
 
 
 def test_a_weight_read_back_has_the_bits_of_a_fresh_draw(folder: Path) -> None:

@@ -1,8 +1,8 @@
 """The Hopper GEMM's tiles (`torch.ops.ws1_sm90.gemm_tile`, csrc/sm90/gemm_sm90.cu) on an sm_90 device: every tile
 gives an element the same accumulator chain over K, so any tile at any M gives the same bits, the mid bucket's wide
-tile (128 x 192, not wired: `mid_wide_wired`) included. That is what lets the tile follow M and N for speed alone.
-Also where the wide tile would run (`gemm_mid_wide_pick`): a mid-bucket call whose 128 x 192 tiles fit one wave of
-the SMs and whose 128 x 128 tiles do not (qkv's N = 6144 at 512 rows on an H100 or H200's 132 SMs).
+tile (128 x 192) included. That is what lets the tile follow M and N for speed alone.
+Also where the wide tile runs (`gemm_mid_wide_pick`, wired: `mid_wide_wired`): a mid-bucket call whose 128 x 192
+tiles fit one wave of the SMs and whose 128 x 128 tiles do not (qkv's N = 6144 at 512 rows on an H100 or H200's 132 SMs).
 """
 
 from __future__ import annotations
@@ -85,15 +85,33 @@ def _kernels(fn) -> set[str]:  # type: ignore[no-untyped-def]
     return {e.name for e in prof.events() if e.device_type.name == "CUDA"}
 
 
-def test_the_wide_tile_is_not_wired() -> None:
-    """Until its timing is in: the candidate's GEMM at qkv's 512 rows runs the 128 x 128 tile's kernel (the same
-    bits, so only the profiler tells them apart)."""
+def _sm_count() -> int:
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def test_the_wide_tile_runs_where_it_is_picked() -> None:
+    """qkv's forward at 512 rows (picked on a 132-SM card): the candidate's GEMM runs the 128 x 192 tile's kernel
+    (the same bits as the 128 x 128 tile, so only the profiler tells them apart)."""
     ext = cuda_sm90.extension()
-    assert ext is not None and ext.mid_wide_wired is False
+    assert ext is not None and ext.mid_wide_wired is True
+    if not ext.gemm_mid_wide_pick(512, QKV_N, _sm_count()):
+        pytest.skip(f"qkv at 512 rows is not picked on {_sm_count()} SMs")
     a, w = _operands(512, True)
-    assert _kernels(lambda: torch.ops.ws1_sm90.gemm(a, w, True)) == _kernels(
-        lambda: torch.ops.ws1_sm90.gemm_tile(a, w, True, 1)
-    )
+    ran = _kernels(lambda: torch.ops.ws1_sm90.gemm(a, w, True))
+    assert ran == _kernels(lambda: torch.ops.ws1_sm90.gemm_tile(a, w, True, 3))
+
+
+def test_the_control_an_unpicked_call_keeps_the_square_tile() -> None:
+    """o's forward at 512 rows (4096 columns: 128 x 128 tiles already fit one wave) is not picked: it runs the mid
+    bucket's 128 x 128 kernel, not the wide one."""
+    ext = cuda_sm90.extension()
+    assert ext is not None and not ext.gemm_mid_wide_pick(512, HIDDEN, _sm_count())
+    g = torch.Generator(device=DEV).manual_seed(92)
+    a = torch.randn(512, HIDDEN, device=DEV, dtype=torch.bfloat16, generator=g)
+    w = torch.randn(HIDDEN, HIDDEN, device=DEV, dtype=torch.bfloat16, generator=g)
+    ran = _kernels(lambda: torch.ops.ws1_sm90.gemm(a, w, True))
+    assert ran == _kernels(lambda: torch.ops.ws1_sm90.gemm_tile(a, w, True, 1))
+    assert ran != _kernels(lambda: torch.ops.ws1_sm90.gemm_tile(a, w, True, 3))
 
 
 def test_the_control_the_wide_tile_is_another_kernel() -> None:

@@ -14,6 +14,7 @@ import functools
 import hashlib
 import math
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,21 +100,37 @@ def shared_param(seed: str, param: ParamInput) -> Tensor:
 SHARED_MIN_NUMEL = 1 << 22
 
 
-def make_param(case_id: str, param: ParamInput) -> Tensor:
+#: elements per block of `make_param`: each block has its own generator, so blocks are drawn in threads
+PARAM_BLOCK_NUMEL = 1 << 22
+
+
+def param_block_seed(base: int, block: int) -> int:
+    """The generator seed of a parameter's row block: the parameter's own seed for block 0 (a parameter of one
+    block draws what it always drew), then the next seeds in turn."""
+    return (base + block) & ((1 << 63) - 1)
+
+
+def make_param(case_id: str, param: ParamInput, threads: int | None = None) -> Tensor:
     """Deterministic bf16 parameter from (case_id, name): never zero, exactly representable in bf16.
 
-    Generated in row chunks straight into bf16: a [151936, 4096] weight must not cost 10 GB of fp32
-    temporaries on a 24 GB machine. Each chunk's arithmetic runs in place (scale and offset, zeros replaced by the
-    scale before and after rounding to bf16): the values of the expressions it replaced, without their temporaries
-    (a [151936, 4096] weight drew in 4 s, not 6; tests/ws1_harness/test_param_cache.py pins the bits).
+    Drawn in row blocks of about `PARAM_BLOCK_NUMEL` elements straight into bf16: a [151936, 4096] weight must not
+    cost 10 GB of fp32 temporaries on a 24 GB machine. Each block has its own generator (`param_block_seed`), so
+    blocks are drawn by up to `threads` threads (default: torch's intra-op thread count) and the bits do not depend
+    on how many: one sequential stream made a full-vocabulary weight take 5-10 s of one core while a GPU slot
+    waited. Each block's arithmetic runs in place (scale and offset, zeros replaced by the scale before and after
+    rounding to bf16). tests/ws1_harness/test_param_cache.py pins the bits.
     """
     digest = hashlib.sha256(f"ws1-param|{case_id}|{param.name}".encode()).digest()
-    gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+    base = int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
     out = torch.empty(param.shape, dtype=torch.bfloat16)
     flat = out.view(param.shape[0], -1) if out.dim() > 1 else out.view(1, -1)
-    rows_per_chunk = max(1, (1 << 22) // max(1, flat.shape[1]))
-    for r0 in range(0, flat.shape[0], rows_per_chunk):
-        r1 = min(flat.shape[0], r0 + rows_per_chunk)
+    rows_per_block = max(1, PARAM_BLOCK_NUMEL // max(1, flat.shape[1]))
+    starts = range(0, flat.shape[0], rows_per_block)
+
+    def draw(block: int) -> None:
+        r0 = block * rows_per_block
+        r1 = min(flat.shape[0], r0 + rows_per_block)
+        gen = torch.Generator().manual_seed(param_block_seed(base, block))
         values = torch.randn((r1 - r0, flat.shape[1]), generator=gen, dtype=torch.float32)
         values.mul_(param.scale).add_(param.offset)
         values.masked_fill_(values == 0, param.scale)
@@ -121,6 +138,15 @@ def make_param(case_id: str, param: ParamInput) -> Tensor:
         rows.copy_(values)  # round to nearest even, as .to(torch.bfloat16)
         # rounding to bf16 may flush a tiny value to zero: never zero
         rows.masked_fill_(rows == 0, param.scale)
+
+    workers = max(1, min(threads or torch.get_num_threads(), len(starts)))
+    if workers == 1:
+        for block in range(len(starts)):
+            draw(block)
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for done in [pool.submit(draw, block) for block in range(len(starts))]:
+                done.result()  # a failed draw raises here
     if param.order_probe:
         equalise_order_probe(out)
     return out

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 #: bump when `adapters.make_param` draws other values for the same inputs: old files then go unread
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: row blocks with their own seeds, drawn in threads
 ENV = "WS1_PARAM_CACHE"
 
 
