@@ -176,6 +176,11 @@ def _signed_zeros(shape: tuple[int, ...]) -> torch.Tensor:
 
 #: rows x row size under which `draw_rows` draws on the calling thread alone (a pool costs more than it saves)
 PARALLEL_DRAW_MIN = 1 << 22
+#: `draw_rows`'s threads when the caller names none: one. On a 16-core GPU host, a pool of torch's intra-op count of
+#: threads, each calling `normal_` (itself parallel inside torch), drew `logp`'s long-tier logits in 13.1 s, against
+#: 2.3 s row by row on one thread (docs/evidence/hopper-h100-3e8dae1/); on 2 cores the pool had won (3.8 s against
+#: 7.0). Nested parallelism that oversubscribes the cores loses where the cores are many, so the pool is opt-in
+DRAW_THREADS = 1
 
 
 def draw_rows(
@@ -187,10 +192,10 @@ def draw_rows(
     """fp32 ``[len(seeds), *shape]``: row r is N(0, 1) from a CPU generator seeded with ``seeds[r]``, times
     ``scales[r]`` where given.
 
-    Why in place and in threads: a full-vocabulary tensor of the long tier ([1896, 151936], 1.2 GB in fp32) took
-    a matrix unit most of its time when its rows were drawn one by one and stacked, and on a GPU machine those
-    seconds hold a GPU slot. Each row has its own seed, so rows are drawn into one preallocated tensor by up to
-    ``threads`` threads (default: torch's intra-op thread count), each with its own generator over a contiguous
+    Why in place: a full-vocabulary tensor of the long tier ([1896, 151936], 1.2 GB in fp32) took a matrix unit
+    most of its time when its rows were drawn one by one into tensors of their own and stacked, and on a GPU
+    machine those seconds hold a GPU slot. Each row has its own seed, so rows are drawn into one preallocated
+    tensor, by up to ``threads`` threads (default `DRAW_THREADS`), each with its own generator over a contiguous
     range of rows: a row's values depend on its seed alone (``normal_`` on a contiguous row of the same shape),
     so the bits are those of one thread (tests/ws1_workload/test_draw_rows.py)."""
     n = len(seeds)
@@ -206,7 +211,7 @@ def draw_rows(
                 row.mul_(scales[i])
 
     width = max(1, math.prod(shape))
-    workers = max(1, min(threads or torch.get_num_threads(), n))
+    workers = max(1, min(threads or DRAW_THREADS, n))
     if workers == 1 or n * width < PARALLEL_DRAW_MIN:
         draw(0, n)
         return data
