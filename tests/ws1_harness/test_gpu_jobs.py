@@ -309,6 +309,39 @@ def test_each_module_builds_in_its_own_folder(
     assert all(not job.gpu for job in rec.jobs)
 
 
+BUILD_JOBS = {"generic": "build generic", "hopper": "build hopper", "launch": "build launch"}
+
+
+@pytest.mark.parametrize(
+    ("profile", "waits"),
+    [
+        ("cuda_bf16", ("build generic",)),
+        ("cuda_bf16_sm90", ("build generic", "build hopper")),
+        ("triton_cuda_bf16", ()),
+        ("native_torch", ()),
+    ],
+)
+def test_a_matrix_waits_for_the_builds_of_its_own_modules(
+    noxfile: ModuleType, profile: str, waits: tuple[str, ...]
+) -> None:
+    """Each profile in its own environment sees only its own modules, so it waits only for their builds."""
+    assert noxfile.matrix_waits(profile, BUILD_JOBS, one_env=False) == waits
+
+
+def test_the_control_in_one_environment_every_matrix_waits_for_every_build(noxfile: ModuleType) -> None:
+    """In the machine's one environment every profile sees every build folder: none starts before all end."""
+    for profile in ("cuda_bf16", "triton_cuda_bf16"):
+        assert noxfile.matrix_waits(profile, BUILD_JOBS, one_env=True) == tuple(BUILD_JOBS.values())
+
+
+def test_a_module_this_build_lacks_is_not_waited_for(noxfile: ModuleType) -> None:
+    """The sm86 session builds no Hopper module: the Hopper profile then waits for the generic build alone (its
+    cells say the module is missing)."""
+    assert noxfile.matrix_waits("cuda_bf16_sm90", {"generic": "build generic"}, one_env=False) == (
+        "build generic",
+    )
+
+
 # ---- the test files that need the build, and the collection that leaves them out
 
 _BUILD_USES = ("from ws1_kernels import cuda", "ws1_kernels.cuda_sm90", "ws1_cuda_ext", '"cuda_bf16"')
