@@ -57,6 +57,13 @@ for s in "$@"; do
     host)   step host-fast "${HOST_LIMIT:-120}" python3 ci/host_cost_triton.py --out "$ev/host-fast.json"
             step host-jit "${HOST_LIMIT:-120}" env WS1_TRITON_LAUNCH=jit python3 ci/host_cost_triton.py --out "$ev/host-jit.json" ;;
     script) step "${SCRIPT_NAME:-script}" "${SCRIPT_LIMIT:-240}" bash -c "${SCRIPT:?set SCRIPT}" ;;
+    # some profiles' matrices alone (PROFILES, comma-separated), full widths and tiny, each in its own virtualenv,
+    # with the session's builds and no GPU tests (NOX_SESSION, default gpu_sm90): for when a kernel change stales
+    # one profile's evidence and the device time left is short of a merged run (docs/evidence/hopper-h100-3e8dae1/)
+    profiles) pa=(); IFS=, read -ra ps <<< "${PROFILES:?set PROFILES}"
+              for p in "${ps[@]}"; do pa+=(--profile "$p"); done
+              step profiles "${PROFILES_LIMIT:-300}" env WS1_OUT="$ev" python3 -m nox ${NOX_GLOBAL-} \
+                -s "${NOX_SESSION:-gpu_sm90}" -- "${pa[@]}" --no-tests ;;
     # the Hopper module's own checks in one step: build both modules (build/cuda-gpu_sm90 and its hopper/ folder,
     # where nox -s gpu_sm90 puts them, so a later `nox ... --no-build` reuses them), every Hopper GPU test (marked sm90),
     # `ws1 bench --profile cuda_bf16_sm90` (HOPPER_BENCH_ARGS, default linear_logp and lm_head at 64, 512 and 4096

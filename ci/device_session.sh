@@ -23,6 +23,7 @@
 #   attn90    the Hopper attention forward (cuda_bf16_sm90): the build, its GPU tests and the step path's, its matrix
 #             cells on every tier, its bench rows, memcheck and racecheck
 #   script    bash SCRIPT_FILE (carried in the ignored out/) as one step, the commit stated: a follow-up's own commands
+#   profiles  some profiles' matrices alone (PROFILES=a,b), with the builds and no GPU tests (PROFILES_LIMIT 300 s)
 #   tiled     the tensor-core attention forward (cuda_bf16): its GPU tests, its matrix cells on every tier, its bench
 set -u
 need() {  # need NAME: a one-line error and exit 2 when the variable is empty
@@ -107,6 +108,12 @@ case "$mode" in
   script)   need SCRIPT_FILE "the follow-up's script, e.g. out/followup.sh"
             [ -f "$SCRIPT_FILE" ] || { echo "device_session: SCRIPT_FILE $SCRIPT_FILE is not a file here"; exit 2; }
             SCRIPT_NAME=${SCRIPT_NAME:-script} SCRIPT="bash $SCRIPT_FILE" timeout "$limit" "${run[@]}" script ;;
+  # when one profile's evidence went stale and too little time is left for a merged run (2026-12-07: an 80 GB H100
+  # with 376 s, hopper-h100-3e8dae1)
+  profiles) need PROFILES "the profiles to run, comma-separated, e.g. cuda_bf16_sm90"
+            [[ "$PROFILES" =~ ^[a-z0-9_]+(,[a-z0-9_]+)*$ ]] || {
+              echo "device_session: PROFILES must be profile names separated by commas, got $PROFILES"; exit 2; }
+            NOX_GLOBAL='' timeout "$limit" "${run[@]}" profiles ;;
   *) echo "device_session: unknown mode $mode"; exit 2 ;;
 esac
 rc=$?

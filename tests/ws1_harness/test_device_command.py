@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-RECORDER = '#!/usr/bin/env bash\necho "args $* source ${WS1_SOURCE_COMMIT:-none} dirty ${WS1_SOURCE_DIRTY:-none}" > "$OUT/called.txt"\n'
+RECORDER = (
+    '#!/usr/bin/env bash\necho "args $* source ${WS1_SOURCE_COMMIT:-none} dirty ${WS1_SOURCE_DIRTY:-none}'
+    ' profiles ${PROFILES:-none}" > "$OUT/called.txt"\n'
+)
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -105,6 +108,18 @@ def test_a_follow_up_script_runs_with_the_commit_stated(root: Path, tmp_path: Pa
     missing = _print(root, "MODE_H200=script", "MODE_H100=script", "SCRIPT_FILE=out/none.sh").stdout
     rc, out, called = _run_on_device(root, tmp_path, missing)
     assert called == "" and "out/none.sh is not a file here" in out
+
+
+def test_the_profiles_mode_runs_the_named_profiles(root: Path, tmp_path: Path) -> None:
+    """`MODE_*=profiles PROFILES=a,b`: the runner's `profiles` step with the list, under the tree check. Control: a
+    list that is not profile names is refused before any step runs."""
+    printed = _print(root, "MODE_H200=profiles", "MODE_H100=profiles", "PROFILES=cuda_bf16_sm90,cuda_bf16")
+    assert printed.returncode == 0, printed.stdout
+    rc, out, called = _run_on_device(root, tmp_path, printed.stdout)
+    assert "args profiles" in called and "profiles cuda_bf16_sm90,cuda_bf16" in called, out
+    bad = _print(root, "MODE_H200=profiles", "MODE_H100=profiles", "PROFILES=cuda_bf16_sm90,").stdout
+    rc, out, called = _run_on_device(root, tmp_path, bad)
+    assert called == "" and "PROFILES must be profile names" in out
 
 
 @pytest.mark.parametrize(
