@@ -12,10 +12,11 @@ every run of six consecutive positions holds one row of each kind its tensor ask
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -183,6 +184,19 @@ PARALLEL_DRAW_MIN = 1 << 22
 DRAW_THREADS = 1
 
 
+def run_in_threads(calls: Sequence[Callable[[], None]], workers: int) -> None:
+    """Run every call, on this thread when `workers` is 1, else on a pool of that many threads; the first failure
+    is raised here. Shared by the draws whose pieces have seeds of their own (`draw_rows`, the harness's
+    `make_param`), so their bits do not depend on the thread count."""
+    if workers <= 1:
+        for call in calls:
+            call()
+        return
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for done in [pool.submit(call) for call in calls]:
+            done.result()  # a failed draw raises here
+
+
 def draw_rows(
     seeds: Sequence[int],
     shape: tuple[int, ...],
@@ -216,9 +230,7 @@ def draw_rows(
         draw(0, n)
         return data
     bounds = [n * w // workers for w in range(workers + 1)]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for done in [pool.submit(draw, bounds[w], bounds[w + 1]) for w in range(workers)]:
-            done.result()  # a failed draw raises here
+    run_in_threads([functools.partial(draw, bounds[w], bounds[w + 1]) for w in range(workers)], workers)
     return data
 
 

@@ -14,7 +14,6 @@ import functools
 import hashlib
 import math
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +23,7 @@ from ws1_contract import operators as spec
 from ws1_contract.operators import OperatorSpec
 from ws1_harness.run import param_cache
 from ws1_workload import ModelConfig
-from ws1_workload.inputs import order_probe_positions
+from ws1_workload.inputs import order_probe_positions, run_in_threads
 
 Tensor = torch.Tensor
 _DTYPES: Mapping[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -125,7 +124,7 @@ def make_param(case_id: str, param: ParamInput, threads: int | None = None) -> T
     out = torch.empty(param.shape, dtype=torch.bfloat16)
     flat = out.view(param.shape[0], -1) if out.dim() > 1 else out.view(1, -1)
     rows_per_block = max(1, PARAM_BLOCK_NUMEL // max(1, flat.shape[1]))
-    starts = range(0, flat.shape[0], rows_per_block)
+    blocks = -(-flat.shape[0] // rows_per_block)
 
     def draw(block: int) -> None:
         r0 = block * rows_per_block
@@ -139,14 +138,8 @@ def make_param(case_id: str, param: ParamInput, threads: int | None = None) -> T
         # rounding to bf16 may flush a tiny value to zero: never zero
         rows.masked_fill_(rows == 0, param.scale)
 
-    workers = max(1, min(threads or torch.get_num_threads(), len(starts)))
-    if workers == 1:
-        for block in range(len(starts)):
-            draw(block)
-    else:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for done in [pool.submit(draw, block) for block in range(len(starts))]:
-                done.result()  # a failed draw raises here
+    workers = max(1, min(threads or torch.get_num_threads(), blocks))
+    run_in_threads([functools.partial(draw, block) for block in range(blocks)], workers)
     if param.order_probe:
         equalise_order_probe(out)
     return out
