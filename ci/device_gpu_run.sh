@@ -59,7 +59,7 @@ for s in "$@"; do
     script) step "${SCRIPT_NAME:-script}" "${SCRIPT_LIMIT:-240}" bash -c "${SCRIPT:?set SCRIPT}" ;;
     # some profiles' matrices alone (PROFILES, comma-separated), full widths and tiny, each in its own virtualenv,
     # with the session's builds and no GPU tests (NOX_SESSION, default gpu_sm90): for when a kernel change stales
-    # one profile's evidence and the device time left is short of a merged run (docs/evidence/hopper-h100-3e8dae1/)
+    # one profile's evidence and the device time left is short of a merged run (hopper-h100-3e8dae1, in git history)
     profiles) pa=(); IFS=, read -ra ps <<< "${PROFILES:?set PROFILES}"
               for p in "${ps[@]}"; do pa+=(--profile "$p"); done
               step profiles "${PROFILES_LIMIT:-300}" env WS1_OUT="$ev" python3 -m nox ${NOX_GLOBAL-} \

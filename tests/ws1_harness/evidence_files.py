@@ -98,7 +98,7 @@ def evidence_files() -> list[tuple[Path, str, bool]]:
 CHAIN_COMPANIONS: dict[str, str] = {
     "merged-h200-35ae4ff": (
         "the 36-layer triton_cuda_bf16 chain at 35ae4ff on the H200 and that run's triton matrix, which it merges "
-        "with; the current matrices are merged-h100-f0cdef1's (no chain ran at f0cdef1: no H200 came)"
+        "with; the current matrices are merged-h100-7ffcc41's (no chain ran at 7ffcc41: no H200 came)"
     ),
 }
 

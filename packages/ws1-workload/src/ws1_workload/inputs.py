@@ -179,7 +179,7 @@ def _signed_zeros(shape: tuple[int, ...]) -> torch.Tensor:
 PARALLEL_DRAW_MIN = 1 << 22
 #: `draw_rows`'s threads when the caller names none: one. On a 16-core GPU host, a pool of torch's intra-op count of
 #: threads, each calling `normal_` (itself parallel inside torch), drew `logp`'s long-tier logits in 13.1 s, against
-#: 2.3 s row by row on one thread (docs/evidence/hopper-h100-3e8dae1/); on 2 cores the pool had won (3.8 s against
+#: 2.3 s row by row on one thread (hopper-h100-3e8dae1, in git history); on 2 cores the pool had won (3.8 s against
 #: 7.0). Nested parallelism that oversubscribes the cores loses where the cores are many, so the pool is opt-in
 DRAW_THREADS = 1
 
