@@ -114,6 +114,16 @@ class PhaseClock:
         return {k: round(v, 4) for k, v in self.phases.items()}
 
 
+def upstream_draw_dtype(output_dtype: torch.dtype) -> torch.dtype:
+    """The dtype the upstream gradient is drawn and masked in: the output's own when that is bf16, else fp32.
+
+    Why: the values are bf16 draws (and probe values exact in bf16), and the mask is 0 or 1, so masking in bf16
+    gives the bits of masking in fp32 and rounding; but lm_head's `[T, 151936]` upstream in fp32 cost three more
+    full-size copies (a third of the unit's input time on two cores). tests/ws1_harness/test_upstream_draw.py
+    holds it to the fp32 definition."""
+    return torch.bfloat16 if output_dtype == torch.bfloat16 else torch.float32
+
+
 def logical_inputs(
     adapter: OperatorAdapter,
     fixture: Fixture,
@@ -166,9 +176,10 @@ def logical_inputs(
             raise ValueError(f"fixture {fixture.tier}: no active token; the gradient judgments need one")
         name = f"{adapter.operator}.upstream"
         kinds = fixture.hard_rows.get(name, ())  # dot-order probes of dx's reduction over the outputs
-        g = logical_tensor(case_id, name, keys, adapter.output_row_shape, torch.float32, hard_rows=kinds)
+        g = logical_tensor(case_id, name, keys, adapter.output_row_shape, upstream_draw_dtype(adapter.output_dtype),
+                           hard_rows=kinds)  # fmt: skip
         g = apply_edit(g, keys, fixture.token_edits.get(name))  # the weight-gradient order probe's values
-        mask = active.reshape(-1, *([1] * len(adapter.output_row_shape))).float()
+        mask = active.reshape(-1, *([1] * len(adapter.output_row_shape))).to(g.dtype)
         upstream = (g * mask).to(adapter.output_dtype)
     dev = torch.device(device)
     tokens = {name: t.to(dev) for name, t in tokens.items()}
