@@ -245,6 +245,23 @@ def test_gpu_test_workers_from_the_environment(noxfile: ModuleType, value: str, 
     assert (cmd[cmd.index("-n") + 1] if "-n" in cmd else None) == workers
 
 
+@pytest.mark.parametrize(
+    ("value", "omp", "want"), [(" 4 ", None, {"OMP_NUM_THREADS": "4"}), ("", None, {}), ("4", "2", {})]
+)
+def test_gpu_job_threads_from_the_environment(
+    noxfile: ModuleType, value: str, omp: str | None, want: dict[str, str]
+) -> None:
+    """N caps every GPU job's torch threads; unset (the control) leaves torch's default, and a caller's
+    OMP_NUM_THREADS is kept."""
+    assert noxfile.gpu_job_threads(value, omp) == (None, want)
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-2", "1.5"])
+def test_bad_gpu_job_threads_are_one_line(noxfile: ModuleType, value: str) -> None:
+    problem, env = noxfile.gpu_job_threads(value, None)
+    assert problem is not None and "WS1_GPU_JOB_THREADS" in problem and "\n" not in problem and env == {}
+
+
 @pytest.mark.parametrize("value", ["0", "two", "-2", "1.5"])
 def test_bad_gpu_test_workers_are_one_line(noxfile: ModuleType, value: str) -> None:
     problem, _ = noxfile.gpu_test_command("gpu", value)
