@@ -505,7 +505,9 @@ def _gpu_session(session: nox.Session, name: str) -> None:
     if threads_problem is not None:
         session.error(f"{name}: {threads_problem}")
     env.update(job_threads)
-    session.log(f"{name}: each job's torch threads: {job_threads.get('OMP_NUM_THREADS', 'torch default')}")
+    threads = job_threads.get("OMP_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "torch default"
+    # the caller's OMP_NUM_THREADS when it set one
+    session.log(f"{name}: each job's torch threads: {threads}")
     profiles, tiers = args.profiles, args.tiers
     if env.get("WS1_ARCH_LABEL") == "sm86-proxy":
         profiles = _proxy_profiles(session, profiles)
