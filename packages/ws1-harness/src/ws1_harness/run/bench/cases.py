@@ -42,6 +42,10 @@ class OpCase:
     # the row's call on the step path, for a profile that has step ops (``StepOps``, the rollout's raw ops): what
     # a rollout runs at this point, timed in place of the candidate's layout call. None: the candidate's call
     step: Callable[[Any, Inputs, Point], Tensor] | None = None
+    # the peer with the candidate's weight-gradient rule, for a sample_blocks_main_grad candidate's backward: dW
+    # accumulated into the weight's fp32 ``main_grad`` (read + write), as a trainer that keeps one does. None: the
+    # op has no such peer (the row keeps its one peer)
+    stock_main_grad: Callable[[Inputs, Point], Tensor] | None = None
 
 
 def context(p: Point) -> LayoutContext:
@@ -78,6 +82,45 @@ def _gemm_work(p: Point, phase: str) -> float:
     return flops if phase == "fwd" else 2.0 * flops  # backward: dx and dW
 
 
+class _MainGradLinear(torch.autograd.Function):
+    """``x @ w.T`` whose backward writes dx and accumulates dW into ``w.main_grad`` (fp32) in one GEMM.
+
+    Why: a ``sample_blocks_main_grad`` candidate reads and writes an fp32 ``main_grad`` in its backward; stock
+    autograd writes a fresh bf16 ``weight.grad``, a quarter of those bytes. At small M the weight gradient is
+    those bytes, so the plain peer alone cannot say how much of a shortfall is the kernel and how much the rule.
+    This peer does what a trainer that keeps ``main_grad`` runs (Megatron's gradient-accumulation fusion): on
+    CUDA one cuBLAS GEMM with bf16 operands, fp32 C = D and beta = 1 (``torch.addmm(..., out_dtype=float32,
+    out=main_grad)``); ``weight.grad`` stays None. On the CPU, where ``out_dtype`` does not exist, an fp32
+    ``addmm_`` of the upcast operands (CPU rows exercise the machinery, never the speed)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, w: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x, w)
+        ctx.main_grad = w.main_grad  # type: ignore[attr-defined]  # the leaf's attribute, read here where the leaf itself is at hand
+        return torch.mm(x, w.t())
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, None]:  # type: ignore[override]
+        x, w = ctx.saved_tensors
+        dx = torch.mm(dy, w) if ctx.needs_input_grad[0] else None
+        accumulate_main_grad(ctx.main_grad, dy, x)
+        return dx, None
+
+
+def accumulate_main_grad(main_grad: Tensor, dy: Tensor, x: Tensor) -> None:
+    """``main_grad += dy.T @ x`` in fp32: one GEMM with beta = 1 on CUDA, upcast operands on the CPU."""
+    if main_grad.device.type == "cuda":
+        torch.addmm(main_grad, dy.t(), x, out_dtype=torch.float32, out=main_grad)
+    else:
+        main_grad.addmm_(dy.t().float(), x.float())
+
+
+MAIN_GRAD_PEER = (
+    "torch.mm(x, w.t()); backward dx = dy @ w and w.main_grad += dy.T @ x in fp32 (CUDA: one cuBLAS addmm, bf16 "
+    "operands, fp32 C = D, beta = 1)"
+)
+
+
 def _gemm_case(op: str) -> OpCase:
     return OpCase(
         op=op,
@@ -89,6 +132,7 @@ def _gemm_case(op: str) -> OpCase:
         grads=("x", "weight"),
         param="weight",
         work=_gemm_work,
+        stock_main_grad=lambda t, p: _MainGradLinear.apply(t["x"], t["weight"]),
     )
 
 

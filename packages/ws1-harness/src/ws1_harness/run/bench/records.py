@@ -46,6 +46,20 @@ class BenchInputError(HarnessError):
 
 
 @dataclass
+class SecondPeer:
+    """A second peer timed for a row, beside the one its verdict is judged against (the fp32-accumulating
+    backward of a ``sample_blocks_main_grad`` row): a reference figure, never a verdict."""
+
+    peer: str
+    ms: float | None = None
+    error: str | None = None
+
+    def to_json(self, candidate_ms: float | None) -> dict[str, Any]:
+        ratio = self.ms / candidate_ms if self.ms and candidate_ms and candidate_ms > 0 else None
+        return {"peer": self.peer, "ms": self.ms, "ratio": ratio, "error": self.error}
+
+
+@dataclass
 class Row:
     """One (op, shape, M, phase) measurement; times in ms, `work` in FLOPs or bytes."""
 
@@ -76,6 +90,8 @@ class Row:
     # what the candidate side called: "candidate" (the profile's candidate through its layout context) or
     # "step" (the profile's step-path op, what a rollout runs: `OpCase.step`)
     path: str = "candidate"
+    # bwd rows of a sample_blocks_main_grad candidate's GEMM: the peer that accumulates into an fp32 main_grad
+    peer_main_grad: SecondPeer | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -126,6 +142,9 @@ class Row:
             "fp32_logits_bytes": self.fp32_logits_bytes,
             "step": self.step,
             "host": self._host_json(),
+            "peer_main_grad": (
+                self.peer_main_grad.to_json(self.candidate_ms) if self.peer_main_grad is not None else None
+            ),
         }
 
     def _host_json(self) -> dict[str, Any] | None:
@@ -312,6 +331,7 @@ def render_markdown(doc: Mapping[str, Any], source: str = "bench") -> str:
                 f"| {r['m']} | {r['phase']} | {_gib(pm.get('candidate'))} | {_gib(pm.get('peer'))} | "
                 f"{_gib(r['fp32_logits_bytes'])} |"
             )
+    out += _main_grad_section(doc["rows"])
     out += _step_section(doc["rows"])
     out += _host_section(doc["rows"])
     problems = [r for r in doc["rows"] if r["status"] != "ok"]
@@ -323,6 +343,32 @@ def render_markdown(doc: Mapping[str, Any], source: str = "bench") -> str:
             out.append(f"- {r['status']}: {where}: {why}")
     out.append("")
     return "\n".join(out)
+
+
+def _main_grad_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Backward rows with a second, fp32-accumulating peer: both ratios side by side (rows without: none)."""
+    rows2 = [r for r in rows if r.get("peer_main_grad")]
+    if not rows2:
+        return []
+    out = [
+        "",
+        "## Backward against a peer that accumulates into fp32 main_grad",
+        "",
+        f"Second peer: {rows2[0]['peer_main_grad']['peer']}. It does the candidate's weight-gradient rule, so "
+        "its ratio separates the kernel's shortfall from the rule's bytes; the verdict above stays against the "
+        "first peer (a fresh bf16 weight.grad).",
+        "",
+        "| op | shape | M | cand ms | peer ms | ratio | main_grad peer ms | ratio | note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows2:
+        pm = r["peer_main_grad"]
+        out.append(
+            f"| {r['op']} | {r['shape']} | {r['m'] if r['m'] is not None else '-'} | {_f(r['candidate_ms'], 4)} | "
+            f"{_f(r['peer_ms'], 4)} | {_f(r['ratio'], 2)} | {_f(pm.get('ms'), 4)} | {_f(pm.get('ratio'), 2)} | "
+            f"{('error: ' + pm['error']) if pm.get('error') else ''} |"
+        )
+    return out
 
 
 def _step_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -48,7 +48,10 @@ METHOD = {
         "backward only: forward once outside the timing on grad-requiring leaves, each timed call is "
         "torch.autograd.backward(out, grad_out, retain_graph=True) with leaf .grad set to None before it; the "
         "peer writes dx and a fresh bf16 weight.grad (stock autograd), a sample_blocks_main_grad candidate "
-        "writes dx and accumulates dW into its fp32 weight.main_grad (read + write, allocated outside the timing)"
+        "writes dx and accumulates dW into its fp32 weight.main_grad (read + write, allocated outside the timing); "
+        "for such a candidate's GEMM rows a second peer, timed the same way, does the same: dx, and dW "
+        "accumulated into an fp32 main_grad by one cuBLAS GEMM with beta = 1 (peer_main_grad; the verdict stays "
+        "against the first peer)"
     ),
     "ratio": "peer_ms / candidate_ms (> 1: the candidate is faster than stock)",
     "context": (
@@ -489,7 +492,15 @@ def _measure_point(opts: Options, timer: Timer, cand: Any, p: S.Point, different
         bwd_peer = _time_backward(
             timer, opts.device, "peer", lambda t: case.stock(t, p), inputs, case, False, gen
         )
-        rows.append(_fill(_row(p, "bwd", cand, case, peer, opts.profile), bwd_cand, bwd_peer))
+        bwd = _fill(_row(p, "bwd", cand, case, peer, opts.profile), bwd_cand, bwd_peer)
+        if main_grad and case.stock_main_grad is not None:
+            stock_mg = case.stock_main_grad
+            side = _time_backward(
+                timer, opts.device, "peer_main_grad", lambda t: stock_mg(t, p), inputs, case, True, gen
+            )
+            # its own record: an error here leaves the row's verdict (against the plain peer) standing
+            bwd.peer_main_grad = R.SecondPeer(peer=C.MAIN_GRAD_PEER, ms=side.ms, error=side.error)
+        rows.append(bwd)
     return rows
 
 
