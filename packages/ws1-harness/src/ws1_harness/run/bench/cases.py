@@ -46,6 +46,9 @@ class OpCase:
     # accumulated into the weight's fp32 ``main_grad`` (read + write), as a trainer that keeps one does. None: the
     # op has no such peer (the row keeps its one peer)
     stock_main_grad: Callable[[Inputs, Point], Tensor] | None = None
+    # the least bytes one call of a phase must read and write (phase, and whether dW is accumulated into an fp32
+    # main_grad), for the roofline (bench/roofline.py); None: no roofline for the op's rows
+    traffic: Callable[[Point, str, bool], float] | None = None
 
 
 def context(p: Point) -> LayoutContext:
@@ -121,6 +124,17 @@ MAIN_GRAD_PEER = (
 )
 
 
+def _gemm_traffic(p: Point, phase: str, main_grad: bool) -> float:
+    """Bytes a GEMM call must move at the least, each tensor once (bf16: 2 bytes). Forward: x, w read, y written.
+    Backward: dy, w and x read, dx written, and dW either written fresh in bf16 or, under the main_grad rule, an
+    fp32 main_grad read and written (8 bytes an element): at small M that term is nearly all of it."""
+    m, k, n = p.m, _d(p, "K"), _d(p, "N")
+    if phase == "fwd":
+        return 2.0 * (m * k + n * k + m * n)
+    dw = 8.0 * n * k if main_grad else 2.0 * n * k
+    return 2.0 * (m * n + n * k + m * k + m * k) + dw
+
+
 def _gemm_case(op: str) -> OpCase:
     return OpCase(
         op=op,
@@ -133,6 +147,7 @@ def _gemm_case(op: str) -> OpCase:
         param="weight",
         work=_gemm_work,
         stock_main_grad=lambda t, p: _MainGradLinear.apply(t["x"], t["weight"]),
+        traffic=_gemm_traffic,
     )
 
 

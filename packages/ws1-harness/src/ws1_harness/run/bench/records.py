@@ -92,6 +92,9 @@ class Row:
     path: str = "candidate"
     # bwd rows of a sample_blocks_main_grad candidate's GEMM: the peer that accumulates into an fp32 main_grad
     peer_main_grad: SecondPeer | None = None
+    # the least bytes each side's call must move (bench/roofline.py): "candidate" under the candidate's weight-
+    # gradient rule, "peer" under the peer's, "peer_main_grad" under the candidate's; None: no roofline
+    traffic_bytes: dict[str, float] | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -145,6 +148,7 @@ class Row:
             "peer_main_grad": (
                 self.peer_main_grad.to_json(self.candidate_ms) if self.peer_main_grad is not None else None
             ),
+            "traffic_bytes": dict(self.traffic_bytes) if self.traffic_bytes is not None else None,
         }
 
     def _host_json(self) -> dict[str, Any] | None:
@@ -332,6 +336,7 @@ def render_markdown(doc: Mapping[str, Any], source: str = "bench") -> str:
                 f"{_gib(r['fp32_logits_bytes'])} |"
             )
     out += _main_grad_section(doc["rows"])
+    out += _roofline_section(doc["rows"])
     out += _step_section(doc["rows"])
     out += _host_section(doc["rows"])
     problems = [r for r in doc["rows"] if r["status"] != "ok"]
@@ -367,6 +372,37 @@ def _main_grad_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             f"| {r['op']} | {r['shape']} | {r['m'] if r['m'] is not None else '-'} | {_f(r['candidate_ms'], 4)} | "
             f"{_f(r['peer_ms'], 4)} | {_f(r['ratio'], 2)} | {_f(pm.get('ms'), 4)} | {_f(pm.get('ratio'), 2)} | "
             f"{('error: ' + pm['error']) if pm.get('error') else ''} |"
+        )
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def _roofline_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Rows with a roofline (bench/roofline.py): each side's floor and the share of it that side reaches."""
+    lines = [r for r in rows if r.get("roofline")]
+    if not lines:
+        return []
+    out = [
+        "",
+        "## Roofline (the least time at this run's ceilings)",
+        "",
+        "floor = max(FLOPs / mm ceiling, least bytes / copy ceiling), each side under its own weight-gradient rule "
+        "(an fp32 main_grad read and written, or a fresh bf16 weight.grad); % = floor / the side's time; bound = "
+        "what sets the candidate's floor.",
+        "",
+        "| op | shape | M | phase | bound | cand floor ms | cand | peer floor ms | peer | main_grad peer |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in lines:
+        rl = r["roofline"]
+        fl, of = rl["floor_ms"], rl["of_floor"]
+        out.append(
+            f"| {r['op']} | {r['shape']} | {r['m'] if r['m'] is not None else '-'} | {r['phase']} | "
+            f"{rl['bound'] or '-'} | {_f(fl.get('candidate'), 4)} | {_pct(of.get('candidate'))} | "
+            f"{_f(fl.get('peer'), 4)} | {_pct(of.get('peer'))} | {_pct(of.get('peer_main_grad'))} |"
         )
     return out
 

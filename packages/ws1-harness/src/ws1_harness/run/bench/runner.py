@@ -29,6 +29,7 @@ import torch
 from ws1_harness.run.bench import cases as C
 from ws1_harness.run.bench import host as H
 from ws1_harness.run.bench import records as R
+from ws1_harness.run.bench import roofline as RL
 from ws1_harness.run.bench import shapes as S
 from ws1_harness.run.bench import steps as ST
 from ws1_harness.run.bench import targets as T
@@ -358,7 +359,14 @@ def _time_backward(
 
 
 def _row(p: S.Point, phase: str, cand: Any, case: C.OpCase, peer: str, profile: str) -> R.Row:
+    traffic = None
+    if case.traffic is not None:
+        rule = phase == "bwd" and cand.param_grad_rule == "sample_blocks_main_grad"
+        traffic = {"candidate": case.traffic(p, phase, rule), "peer": case.traffic(p, phase, False)}
+        if rule and case.stock_main_grad is not None:
+            traffic["peer_main_grad"] = case.traffic(p, phase, True)
     return R.Row(
+        traffic_bytes=traffic,
         op=p.op,
         shape=p.shape,
         m=p.m,
@@ -614,6 +622,7 @@ def collect(
         for step_row in ST.run_steps(opts, timer, plan.steps, model_cfg, note):
             rows.append(step_row.to_json(copy_gbs))
             _progress(progress, len(rows), plan.total_rows, rows[-1])
+    RL.annotate(rows, ceilings)
     for r in T.link_references(rows):
         if progress is not None:
             ref = r["reference"]
