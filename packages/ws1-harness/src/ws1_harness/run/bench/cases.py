@@ -99,18 +99,19 @@ class _MainGradLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, w: Tensor) -> Tensor:  # type: ignore[override]
         ctx.save_for_backward(x, w)
-        ctx.main_grad = w.main_grad  # type: ignore[attr-defined]  # the leaf's attribute, read here where the leaf itself is at hand
+        # the leaf's own attribute, read here where the leaf itself is at hand
+        ctx.main_grad = w.main_grad  # type: ignore[attr-defined]
         return torch.mm(x, w.t())
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, None]:  # type: ignore[override]
         x, w = ctx.saved_tensors
         dx = torch.mm(dy, w) if ctx.needs_input_grad[0] else None
-        accumulate_main_grad(ctx.main_grad, dy, x)
+        _accumulate_main_grad(ctx.main_grad, dy, x)
         return dx, None
 
 
-def accumulate_main_grad(main_grad: Tensor, dy: Tensor, x: Tensor) -> None:
+def _accumulate_main_grad(main_grad: Tensor, dy: Tensor, x: Tensor) -> None:
     """``main_grad += dy.T @ x`` in fp32: one GEMM with beta = 1 on CUDA, upcast operands on the CPU."""
     if main_grad.device.type == "cuda":
         torch.addmm(main_grad, dy.t(), x, out_dtype=torch.float32, out=main_grad)
