@@ -11,28 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from fake_timer import FakeTimer
 
 from ws1_harness.run.bench import cases, records
 from ws1_harness.run.bench.runner import Options, collect
 
 BF = torch.bfloat16
-
-
-class FakeTimer:
-    """Calls the function once and returns the time set per label (the labels the runner gives each side)."""
-
-    name = "fake"
-
-    def __init__(self, times: dict[str, float]):
-        self.times = times
-        self.labels: list[str] = []
-
-    def __call__(self, fn, *, grad_to_none=(), label=""):  # type: ignore[no-untyped-def]
-        for leaf in grad_to_none:
-            leaf.grad = None
-        fn()
-        self.labels.append(label)
-        return self.times[label]
 
 
 TIMES = {"candidate": 2.0, "peer": 1.0, "peer_main_grad": 1.5, "copy": 1.0, "mm": 1.0}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fake_timer import FakeTimer
 
 from ws1_harness.run.bench import cases, records, roofline
 from ws1_harness.run.bench.runner import Options, collect
@@ -34,19 +35,6 @@ def test_gemm_traffic_counts_each_tensor_once_and_the_main_grad_rule() -> None:
     assert fresh == 2 * (m * n + n * k + 2 * m * k) + 2 * n * k
     assert rule - fresh == 6 * n * k  # fp32 read + write (8 bytes) in place of a bf16 write (2)
     assert traffic(QKV, "fwd", True) == traffic(QKV, "fwd", False)  # the rule is the backward's only
-
-
-class FakeTimer:
-    name = "fake"
-
-    def __init__(self, times: dict[str, float]):
-        self.times = times
-
-    def __call__(self, fn, *, grad_to_none=(), label=""):  # type: ignore[no-untyped-def]
-        for leaf in grad_to_none:
-            leaf.grad = None
-        fn()
-        return self.times[label]
 
 
 # copy: 2 MiB moved in 1000 ms (about 2.1 MB/s); mm: 2 x 16^3 FLOPs in 1 ms: every GEMM row is memory-bound

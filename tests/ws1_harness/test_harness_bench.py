@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fake_timer import FakeTimer
 from profiles_support import CANDIDATE_PROFILES, MAIN_GRAD_PROFILES, skip_unless_runs_on
 
 from ws1_harness.cli import main
@@ -35,21 +36,6 @@ QUICK = [
     "32",
 ]
 PLUGIN = "bench_plugins:RAISING"
-
-
-class FakeTimer:
-    """Calls the function once (so a failing timed closure still fails) and returns the time set per label."""
-
-    name = "fake"
-
-    def __init__(self, times: dict[str, float]):
-        self.times = times
-
-    def __call__(self, fn, *, grad_to_none=(), label=""):  # type: ignore[no-untyped-def]
-        for leaf in grad_to_none:
-            leaf.grad = None
-        fn()
-        return self.times[label]
 
 
 def _opts(tmp_path: Path, profile: str, **kw: object) -> Options:

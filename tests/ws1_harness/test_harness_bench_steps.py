@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fake_timer import FakeTimer
 
 from ws1_harness.cli import main
 from ws1_harness.run.bench import records, targets
@@ -22,19 +23,6 @@ from ws1_workload import load_manifest, tensor_shapes
 QUICK = ["--model", "tiny", "--device", "cpu", "--warmup-ms", "1", "--rep-ms", "1", "--copy-mib", "1"]
 QUICK += ["--mm-n", "32"]
 STEPS = dict(ops=("train_step", "decode_step"), tokens=40, cache=6, batches=(1, 3))
-
-
-class FakeTimer:
-    """Calls the function once (a failing step still fails) and returns the time set per label."""
-
-    name = "fake"
-
-    def __init__(self, times: dict[str, float]):
-        self.times = times
-
-    def __call__(self, fn, *, grad_to_none=(), label=""):  # type: ignore[no-untyped-def]
-        fn()
-        return self.times[label]
 
 
 TIMES = {"candidate": 2.0, "peer": 1.0, "copy": 1.0, "mm": 1.0}
