@@ -322,13 +322,11 @@ def render_markdown(doc: Mapping[str, Any], source: str = "bench") -> str:
         )
     mem_rows = [r for r in doc["rows"] if r.get("fp32_logits_bytes") is not None and r.get("peak_mem_bytes")]
     if mem_rows:
-        out += [
-            "",
-            "## linear_logp peak memory (torch.cuda.max_memory_allocated delta of one call)",
-            "",
-            "| M | phase | candidate | peer | fp32 logits [M, V] |",
-            "|---|---|---|---|---|",
-        ]
+        out += _table_head(
+            "linear_logp peak memory (torch.cuda.max_memory_allocated delta of one call)",
+            None,
+            ["M", "phase", "candidate", "peer", "fp32 logits [M, V]"],
+        )
         for r in mem_rows:
             pm = r["peak_mem_bytes"]
             out.append(
@@ -350,22 +348,30 @@ def render_markdown(doc: Mapping[str, Any], source: str = "bench") -> str:
     return "\n".join(out)
 
 
+def _table_head(title: str, note: str | None, columns: Sequence[str]) -> list[str]:
+    """A section's heading, its note (if any) and its table's header rows: the shape every table below shares."""
+    return [
+        "",
+        f"## {title}",
+        "",
+        *([note, ""] if note else []),
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+
+
 def _main_grad_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Backward rows with a second, fp32-accumulating peer: both ratios side by side (rows without: none)."""
     rows2 = [r for r in rows if r.get("peer_main_grad")]
     if not rows2:
         return []
-    out = [
-        "",
-        "## Backward against a peer that accumulates into fp32 main_grad",
-        "",
+    out = _table_head(
+        "Backward against a peer that accumulates into fp32 main_grad",
         f"Second peer: {rows2[0]['peer_main_grad']['peer']}. It does the candidate's weight-gradient rule, so "
         "its ratio separates the kernel's shortfall from the rule's bytes; the verdict above stays against the "
         "first peer (a fresh bf16 weight.grad).",
-        "",
-        "| op | shape | M | cand ms | peer ms | ratio | main_grad peer ms | ratio | note |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+        ["op", "shape", "M", "cand ms", "peer ms", "ratio", "main_grad peer ms", "ratio", "note"],
+    )
     for r in rows2:
         pm = r["peer_main_grad"]
         out.append(
@@ -385,17 +391,24 @@ def _roofline_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = [r for r in rows if r.get("roofline")]
     if not lines:
         return []
-    out = [
-        "",
-        "## Roofline (the least time at this run's ceilings)",
-        "",
+    out = _table_head(
+        "Roofline (the least time at this run's ceilings)",
         "floor = max(FLOPs / mm ceiling, least bytes / copy ceiling), each side under its own weight-gradient rule "
         "(an fp32 main_grad read and written, or a fresh bf16 weight.grad); % = floor / the side's time; bound = "
         "what sets the candidate's floor.",
-        "",
-        "| op | shape | M | phase | bound | cand floor ms | cand | peer floor ms | peer | main_grad peer |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+        [
+            "op",
+            "shape",
+            "M",
+            "phase",
+            "bound",
+            "cand floor ms",
+            "cand",
+            "peer floor ms",
+            "peer",
+            "main_grad peer",
+        ],
+    )
     for r in lines:
         rl = r["roofline"]
         fl, of = rl["floor_ms"], rl["of_floor"]
@@ -412,17 +425,13 @@ def _step_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     steps = [r for r in rows if r.get("step")]
     if not steps:
         return []
-    out = [
-        "",
-        "## Whole-model steps (the profile's drop-in against the stock model, one process)",
-        "",
+    out = _table_head(
+        "Whole-model steps (the profile's drop-in against the stock model, one process)",
         "Peak = `torch.cuda.max_memory_allocated()` over one step after a reset (absolute: weights, the side's "
         "gradient buffers, the KV cache included).",
-        "",
-        "| op | M | layers | cand ms | peer ms | ratio | cand peak | peer peak | candidate kernels | peer kernels | "
-        "path |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+        ["op", "M", "layers", "cand ms", "peer ms", "ratio", "cand peak", "peer peak", "candidate kernels",
+         "peer kernels", "path"],
+    )  # fmt: skip
     for r in steps:
         st, pm = r["step"], r.get("peak_mem_bytes") or {}
         problems = [*st["path_problems"]["candidate"], *st["path_problems"]["peer"]]
@@ -441,17 +450,13 @@ def _host_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     hosts = [r for r in rows if r.get("host")]
     if not hosts:
         return []
-    out = [
-        "",
-        f"## Host cost per call (M = 1, forward; target: issue <= {hosts[0]['host']['target_us']:g} us)",
-        "",
+    out = _table_head(
+        f"Host cost per call (M = 1, forward; target: issue <= {hosts[0]['host']['target_us']:g} us)",
         "issue = wall time to issue one call before any sync (the host's own cost); eager = up to a sync; graph = "
         "the same calls replayed from one CUDA graph (the device's time). A side that cannot be captured shows why.",
-        "",
-        "| op | shape | cand issue us | cand eager us | cand graph us | peer issue us | peer eager us | "
-        "peer graph us | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+        ["op", "shape", "cand issue us", "cand eager us", "cand graph us", "peer issue us", "peer eager us",
+         "peer graph us", "verdict"],
+    )  # fmt: skip
 
     def cells(h: Mapping[str, Any]) -> list[str]:
         if h.get("error"):
